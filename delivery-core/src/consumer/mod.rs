@@ -1,0 +1,156 @@
+//! The consumer runtime: receive -> decode -> handler -> disposition -> ack / return / dead letter,
+//! the same for every transport.
+//!
+//! ```
+//! use delivery::{consumer, Consumer, HandlerError, Json, State};
+//! use delivery::memory::MemoryBroker;
+//! use std::sync::{Arc, Mutex};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct OrderPlaced { order_id: String, amount_cents: u64 }
+//!
+//! #[derive(Clone, Default)]
+//! struct App { totals: Arc<Mutex<std::collections::HashMap<String, u64>>> }
+//!
+//! #[consumer]
+//! async fn record_order(State(app): State<App>, Json(order): Json<OrderPlaced>) -> Result<(), HandlerError> {
+//!     // Keyed by the order's own id: a redelivery overwrites with the same value (rule 3).
+//!     app.totals.lock().unwrap().insert(order.order_id, order.amount_cents);
+//!     Ok(())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let broker = MemoryBroker::new();
+//! broker.publish("orders", delivery::Unit::new("m-1", r#"{"order_id":"o-1","amount_cents":1250}"#));
+//! let app = App::default();
+//! let report = Consumer::new(broker.consume("orders"))
+//!     .state(app.clone())
+//!     .shutdown_on(broker.idle("orders"))
+//!     .run(record_order)
+//!     .await;
+//! assert_eq!(report.acked, 1);
+//! assert_eq!(app.totals.lock().unwrap()["o-1"], 1250);
+//! # }
+//! ```
+
+mod run;
+pub(crate) mod settle;
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::disposition::{Backoff, RedeliveryPolicy};
+use crate::handler::Handler;
+use crate::transport::Source;
+
+type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Runs a handler over a [`Source`]. Settings have defaults; see each method.
+#[must_use = "a consumer does nothing until `.run(handler)` is awaited"]
+pub struct Consumer<Src, S = ()> {
+    source: Src,
+    state: S,
+    concurrency: usize,
+    max_deliveries: Option<NonZeroU32>,
+    backoff: Backoff,
+    shutdown: Option<Shutdown>,
+    drain_deadline: Duration,
+}
+
+/// What a run of a consumer did, counted when it stops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Units acknowledged after their effect.
+    pub acked: u64,
+    /// Units returned for redelivery (failed, panicked, or unfinished at shutdown).
+    pub returned: u64,
+    /// Units moved to the dead letter.
+    pub dead_lettered: u64,
+    /// Units whose disposition the transport could not carry out (the broker redelivers them).
+    pub settle_failed: u64,
+}
+
+impl<Src: Source> Consumer<Src, ()> {
+    /// A consumer of `source`, with no shared state.
+    pub fn new(source: Src) -> Self {
+        Consumer {
+            source,
+            state: (),
+            concurrency: 16,
+            max_deliveries: None,
+            backoff: Backoff::default(),
+            shutdown: None,
+            drain_deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+impl<Src: Source, S> Consumer<Src, S> {
+    /// The shared application state handlers take as `State<S>`.
+    pub fn state<S2>(self, state: S2) -> Consumer<Src, S2> {
+        Consumer {
+            source: self.source,
+            state,
+            concurrency: self.concurrency,
+            max_deliveries: self.max_deliveries,
+            backoff: self.backoff,
+            shutdown: self.shutdown,
+            drain_deadline: self.drain_deadline,
+        }
+    }
+
+    /// How many units are handled at once (default 16; at least 1).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// The most deliveries a unit gets, for mechanisms that declare no bound of their own. Where
+    /// the mechanism declares one ([`Source::max_deliveries`]) the smaller applies. Default 5.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = Some(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN));
+        self
+    }
+
+    /// The wait before a returned unit is delivered again (default: 100 ms doubling to 30 s).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Stops the consumer when `signal` completes: no new unit is received, units in flight finish
+    /// within the [drain deadline](Self::drain_deadline), and the rest are returned.
+    pub fn shutdown_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.shutdown = Some(Box::pin(signal));
+        self
+    }
+
+    /// How long units in flight may run after shutdown before they are returned (default 30 s).
+    pub fn drain_deadline(mut self, deadline: Duration) -> Self {
+        self.drain_deadline = deadline;
+        self
+    }
+
+    /// The policy this consumer applies: its bound is the smaller of the setting and the
+    /// mechanism's own.
+    pub fn policy(&self) -> RedeliveryPolicy {
+        let declared = [self.max_deliveries, self.source.max_deliveries()];
+        let max_deliveries = declared
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(RedeliveryPolicy::DEFAULT_MAX_DELIVERIES);
+        RedeliveryPolicy { max_deliveries, backoff: self.backoff.clone() }
+    }
+
+    /// Runs `handler` until the shutdown signal or the end of the source, and reports what it did.
+    pub async fn run<H>(self, handler: H) -> Report
+    where
+        H: Handler<S>,
+        S: Send + Sync + 'static,
+    {
+        run::run(self, handler).await
+    }
+}

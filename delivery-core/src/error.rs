@@ -1,0 +1,136 @@
+//! What a handler says when it fails: return the unit for redelivery, or reject it for good.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The failure a handler returns.
+///
+/// - [`HandlerError::retry`] — transient (a dependency is down, a lock timed out): the unit is
+///   returned and delivered again after a backoff, up to the bound (rule 2).
+/// - [`HandlerError::reject`] — permanent (the unit is refused and can never succeed): the unit
+///   goes to the dead letter at once, intact, without burning redeliveries.
+///
+/// `?` on any ordinary error means *retry*, the safe default: a failure that is not understood is
+/// never acknowledged. A unit already applied is **not** a failure: return `Ok` (rule 3).
+///
+/// ```
+/// use delivery_core::HandlerError;
+///
+/// #[derive(Debug)]
+/// struct UnknownSku(String);
+/// impl std::fmt::Display for UnknownSku {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         write!(f, "unknown sku {}", self.0)
+///     }
+/// }
+/// impl std::error::Error for UnknownSku {}
+///
+/// fn check(sku: &str) -> Result<(), HandlerError> {
+///     let parsed: u32 = sku.parse()?; // a ParseIntError here means: retry
+///     if parsed == 0 {
+///         return Err(UnknownSku(sku.into())).map_err(HandlerError::reject);
+///     }
+///     Ok(())
+/// }
+/// assert!(check("x").unwrap_err().is_retry());
+/// assert!(check("0").unwrap_err().is_reject());
+/// ```
+pub struct HandlerError {
+    kind: FailureKind,
+    source: BoxError,
+}
+
+/// Whether a failure may pass on redelivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Transient: return the unit for redelivery after a backoff.
+    Retry,
+    /// Permanent: move the unit to the dead letter now.
+    Reject,
+}
+
+impl HandlerError {
+    /// A transient failure: the unit is returned and redelivered after a backoff.
+    pub fn retry<E>(error: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        HandlerError { kind: FailureKind::Retry, source: Box::new(error) }
+    }
+
+    /// A permanent failure: the unit goes to the dead letter directly.
+    pub fn reject<E>(error: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        HandlerError { kind: FailureKind::Reject, source: Box::new(error) }
+    }
+
+    /// A transient failure described by a message.
+    pub fn retry_msg(message: impl fmt::Display) -> Self {
+        HandlerError { kind: FailureKind::Retry, source: message.to_string().into() }
+    }
+
+    /// A permanent failure described by a message.
+    pub fn reject_msg(message: impl fmt::Display) -> Self {
+        HandlerError { kind: FailureKind::Reject, source: message.to_string().into() }
+    }
+
+    /// Whether the unit should be returned for redelivery.
+    pub fn is_retry(&self) -> bool {
+        self.kind == FailureKind::Retry
+    }
+
+    /// Whether the unit should go to the dead letter directly.
+    pub fn is_reject(&self) -> bool {
+        self.kind == FailureKind::Reject
+    }
+
+    /// Which kind of failure this is.
+    pub fn kind(&self) -> FailureKind {
+        self.kind
+    }
+
+    /// The underlying error.
+    pub fn source(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.source
+    }
+
+    /// The underlying error, owned.
+    pub fn into_source(self) -> BoxError {
+        self.source
+    }
+}
+
+/// `?` on an ordinary error means retry.
+impl<E> From<E> for HandlerError
+where
+    E: StdError + Send + Sync + 'static,
+{
+    fn from(error: E) -> Self {
+        HandlerError::retry(error)
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerError")
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.source, f)?;
+        let mut next = self.source.source();
+        while let Some(cause) = next {
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}

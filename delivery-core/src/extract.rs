@@ -1,0 +1,150 @@
+//! Extractors: the parameters a handler may take, each resolved from the unit or the shared state.
+//!
+//! A parameter type that is not an extractor does not compile. Clocks and id minters are never
+//! extractors: the time and the identity of what a handler writes come from the unit (rule 3).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use serde::de::DeserializeOwned;
+
+use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
+
+/// Why a unit could not be turned into a handler's parameters. Such a unit never reaches the
+/// handler: it goes to the dead letter with reason `malformed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed(String);
+
+impl Malformed {
+    /// A decode failure described by `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Malformed(message.into())
+    }
+
+    /// The description.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// A handler parameter resolved from the delivered unit and the consumer's shared state `S`.
+///
+/// Implement it for your own extractors; a failure marks the unit malformed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a handler parameter: it is not resolved from the unit or the shared state",
+    label = "not an extractor",
+    note = "handler parameters are extractors: `Json<T>`, `State<S>`, `UnitId`, `DeliveryCount`, `Option<Stamp>`, `Stamp`, `Headers`, or a type implementing `FromUnit`",
+    note = "a clock or an id minter is never a parameter (rule 3): take times and ids from the unit, so a redelivery writes the same values"
+)]
+pub trait FromUnit<S>: Sized {
+    /// Resolves the parameter.
+    fn from_unit(unit: &Unit, state: &S) -> Result<Self, Malformed>;
+}
+
+/// The payload decoded from JSON with serde. Destructure it like axum's:
+/// `Json(order): Json<OrderPlaced>`.
+///
+/// Invalid UTF-8, invalid JSON, an empty payload or the wrong shape make the unit malformed: it
+/// goes to the dead letter intact and never reaches the handler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Json<T>(pub T);
+
+impl<T> Json<T> {
+    /// The decoded value.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> Deref for Json<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for Json<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T: DeserializeOwned, S> FromUnit<S> for Json<T> {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        decode_json(unit.payload()).map(Json)
+    }
+}
+
+/// Decodes a JSON payload, naming what was wrong with it.
+pub(crate) fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Malformed> {
+    if payload.is_empty() {
+        return Err(Malformed::new("empty payload"));
+    }
+    let text = std::str::from_utf8(payload)
+        .map_err(|e| Malformed::new(format!("payload is not UTF-8: {e}")))?;
+    serde_json::from_str(text).map_err(|e| Malformed::new(format!("payload does not decode: {e}")))
+}
+
+/// The consumer's shared application state (`S: Clone`), given with `Consumer::state`.
+/// Destructure it like axum's: `State(app): State<App>`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct State<S>(pub S);
+
+impl<S> Deref for State<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+impl<S: Clone> FromUnit<S> for State<S> {
+    fn from_unit(_: &Unit, state: &S) -> Result<Self, Malformed> {
+        Ok(State(state.clone()))
+    }
+}
+
+impl<S> FromUnit<S> for UnitId {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        Ok(unit.id().clone())
+    }
+}
+
+impl<S> FromUnit<S> for DeliveryCount {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        Ok(unit.delivery_count())
+    }
+}
+
+impl<S> FromUnit<S> for Option<Stamp> {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        Ok(unit.stamp())
+    }
+}
+
+/// A required stamp: a unit without one is malformed.
+impl<S> FromUnit<S> for Stamp {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        unit.stamp().ok_or_else(|| Malformed::new("the unit carries no ordering stamp"))
+    }
+}
+
+impl<S> FromUnit<S> for Headers {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        Ok(unit.headers().clone())
+    }
+}
+
+/// The whole unit, read-only: id, payload, count, stamp and headers.
+impl<S> FromUnit<S> for Unit {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        Ok(unit.clone())
+    }
+}

@@ -1,0 +1,2 @@
+//! Stub; replaced below.
+pub use delivery_core::*;
