@@ -30,6 +30,7 @@ pub mod memory;
 pub mod testing;
 pub mod transport;
 pub mod unit;
+pub mod webhook;
 
 pub use consumer::{Consumer, Report};
 pub use disposition::{

@@ -1,0 +1,1 @@
+//! Webhook verification (rule 5). Being written.
