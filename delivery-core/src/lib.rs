@@ -62,9 +62,11 @@ pub mod __private {
     #[inline]
     pub fn assert_extractor<T: FromUnit<S>, S>() {}
 
-    /// Checks at the definition that the return type can carry a failure.
+    /// The handler's return value as the run's outcome.
     #[inline]
-    pub fn assert_into_outcome<T: IntoOutcome>() {}
+    pub fn into_outcome<T: IntoOutcome>(value: T) -> Outcome {
+        value.into_outcome()
+    }
 
     /// Turns a decode failure into the run's outcome.
     #[inline]

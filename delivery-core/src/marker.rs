@@ -52,54 +52,91 @@ impl AckHandle for lapin::acker::Acker {}
 impl AckHandle for lapin::message::Delivery {}
 
 /// Compile-time probes used by `#[consumer]`'s expansion. Not public API.
+///
+/// Autoref specialization: `(&Probe::<T>::NEW).clock_probe()` finds the method on `Probe<T>`
+/// (which needs `T: Clock`) before the one on `&Probe<T>`, so a clock yields [`IsAClock`], which
+/// the assertion refuses with the rule's message.
 #[doc(hidden)]
+#[allow(missing_docs, unreachable_pub)]
 pub mod probe {
     use std::marker::PhantomData;
 
-    /// Carries a parameter's type to the checks (autoref specialization: the impl on `Probe<T>`
-    /// with the marker bound wins over the one on `&Probe<T>` when the bound holds).
+    use super::{AckHandle, Clock, Minter};
+
     pub struct Probe<T: ?Sized>(PhantomData<T>);
 
     impl<T: ?Sized> Probe<T> {
         pub const NEW: Self = Probe(PhantomData);
     }
 
-    pub struct Found;
-    pub struct Fine;
+    pub struct IsAClock;
+    pub struct IsAMinter;
+    pub struct IsAnAckHandle;
+    pub struct Allowed;
 
-    macro_rules! probe {
-        ($marker:ident, $specific:ident, $fallback:ident, $method:ident, $assert:ident, $not:ident,
-         $message:literal, $label:literal, $note:literal) => {
-            pub trait $specific {
-                fn $method(&self) -> Found {
-                    Found
-                }
-            }
-            impl<T: super::$marker + ?Sized> $specific for Probe<T> {}
-            pub trait $fallback {
-                fn $method(&self) -> Fine {
-                    Fine
-                }
-            }
-            impl<T: ?Sized> $fallback for &Probe<T> {}
-
-            #[diagnostic::on_unimplemented(message = $message, label = $label, note = $note)]
-            pub trait $not {}
-            impl $not for Fine {}
-            pub fn $assert<T: $not>(_: T) {}
-        };
+    pub trait ClockSpecific {
+        fn clock_probe(&self) -> IsAClock {
+            IsAClock
+        }
     }
+    impl<T: Clock + ?Sized> ClockSpecific for Probe<T> {}
+    pub trait ClockFallback {
+        fn clock_probe(&self) -> Allowed {
+            Allowed
+        }
+    }
+    impl<T: ?Sized> ClockFallback for &Probe<T> {}
 
-    probe!(Clock, ClockSpecific, ClockFallback, clock_probe, assert_not_clock, NotAClock,
-        "a handler must not take a clock: every delivery would write a different time (rule 3)",
-        "this parameter is a clock",
-        "take the time from the unit (a field of the payload, its `Stamp`, a header) so a redelivery writes the same value; a clock read that writes nothing, like a latency metric, may use `#[consumer(allow_clock = \"why\")]`");
-    probe!(Minter, MinterSpecific, MinterFallback, minter_probe, assert_not_minter, NotAMinter,
-        "a handler must not take an id minter or a random source: every delivery would create a new record (rule 3)",
-        "this parameter mints ids or randomness",
-        "derive the id from the unit instead: its `UnitId`, an id in the payload, or `Uuid::new_v5(namespace, unit_id)`");
-    probe!(AckHandle, AckSpecific, AckFallback, ack_probe, assert_not_ack_handle, NotAnAckHandle,
-        "a handler must not take an acknowledgement handle: the runtime acknowledges after the effect (rule 1)",
-        "this parameter can acknowledge the unit",
-        "return `Ok(())` once the effect is committed and the runtime acknowledges; return an error and it returns or dead-letters the unit");
+    pub trait MinterSpecific {
+        fn minter_probe(&self) -> IsAMinter {
+            IsAMinter
+        }
+    }
+    impl<T: Minter + ?Sized> MinterSpecific for Probe<T> {}
+    pub trait MinterFallback {
+        fn minter_probe(&self) -> Allowed {
+            Allowed
+        }
+    }
+    impl<T: ?Sized> MinterFallback for &Probe<T> {}
+
+    pub trait AckSpecific {
+        fn ack_probe(&self) -> IsAnAckHandle {
+            IsAnAckHandle
+        }
+    }
+    impl<T: AckHandle + ?Sized> AckSpecific for Probe<T> {}
+    pub trait AckFallback {
+        fn ack_probe(&self) -> Allowed {
+            Allowed
+        }
+    }
+    impl<T: ?Sized> AckFallback for &Probe<T> {}
+
+    #[diagnostic::on_unimplemented(
+        message = "a handler must not take a clock: every delivery would write a different time (rule 3)",
+        label = "this parameter is a clock",
+        note = "take the time from the unit (a field of the payload, its `Stamp`, a header) so a redelivery writes the same value; a clock read that writes nothing, like a latency metric, may use `#[consumer(allow_clock = \"why\")]`"
+    )]
+    pub trait NotAClock {}
+    impl NotAClock for Allowed {}
+    pub fn assert_not_clock<T: NotAClock>(_: T) {}
+
+    #[diagnostic::on_unimplemented(
+        message = "a handler must not take an id minter or a random source: every delivery would create a new record (rule 3)",
+        label = "this parameter mints ids or randomness",
+        note = "derive the id from the unit instead: its `UnitId`, an id in the payload, or `Uuid::new_v5(namespace, unit_id)`"
+    )]
+    pub trait NotAMinter {}
+    impl NotAMinter for Allowed {}
+    pub fn assert_not_minter<T: NotAMinter>(_: T) {}
+
+    #[diagnostic::on_unimplemented(
+        message = "a handler must not take an acknowledgement handle: the runtime acknowledges after the effect (rule 1)",
+        label = "this parameter can acknowledge the unit",
+        note = "return `Ok(())` once the effect is committed and the runtime acknowledges; return an error and it returns or dead-letters the unit"
+    )]
+    pub trait NotAnAckHandle {}
+    impl NotAnAckHandle for Allowed {}
+    pub fn assert_not_ack_handle<T: NotAnAckHandle>(_: T) {}
 }

@@ -1,0 +1,57 @@
+//! The attribute's arguments: `allow_clock = "why"`, `state = Type`, `crate = path`.
+
+use syn::meta::ParseNestedMeta;
+use syn::{LitStr, Path, Type};
+
+use crate::ctxt::Ctxt;
+
+/// Arguments of `#[consumer(...)]` (and of the attributes sharing its checks).
+#[derive(Default)]
+pub(crate) struct Args {
+    /// The recorded reason for a clock read that writes nothing.
+    pub(crate) allow_clock: Option<LitStr>,
+    /// The shared state type, when no `State<T>` parameter names it.
+    pub(crate) state: Option<Type>,
+    /// Where the runtime is, when not at `::delivery`.
+    pub(crate) krate: Option<Path>,
+}
+
+const KEYS: &str = "`allow_clock = \"why\"`, `state = Type`, `crate = path`";
+
+impl Args {
+    pub(crate) fn parse(attr: proc_macro2::TokenStream, cx: &Ctxt) -> Args {
+        let mut args = Args::default();
+        let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("allow_clock") {
+                let reason: LitStr = meta.value()?.parse()?;
+                if reason.value().trim().is_empty() {
+                    cx.error_spanned_by(&reason, "`allow_clock` needs the reason a clock read is safe here, e.g. `allow_clock = \"latency metric only; writes nothing\"`");
+                }
+                set(cx, &meta, &mut args.allow_clock, reason)
+            } else if meta.path.is_ident("state") {
+                let ty: Type = meta.value()?.parse()?;
+                set(cx, &meta, &mut args.state, ty)
+            } else if meta.path.is_ident("crate") {
+                let value = meta.value()?;
+                let path = if value.peek(LitStr) { value.parse::<LitStr>()?.parse()? } else { value.parse()? };
+                set(cx, &meta, &mut args.krate, path)
+            } else {
+                Err(meta.error(format!("unknown argument; expected one of {KEYS}")))
+            }
+        });
+        if let Err(error) = syn::parse::Parser::parse2(parser, attr) {
+            cx.push(error);
+        }
+        args
+    }
+}
+
+fn set<T>(cx: &Ctxt, meta: &ParseNestedMeta<'_>, slot: &mut Option<T>, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        let name = meta.path.get_ident().map(ToString::to_string).unwrap_or_default();
+        cx.error_spanned_by(&meta.path, format!("duplicate argument `{name}`"));
+    } else {
+        *slot = Some(value);
+    }
+    Ok(())
+}
