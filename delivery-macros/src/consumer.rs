@@ -129,9 +129,9 @@ fn expand_checked(function: &ItemFn, args: &Args, checked: &Checked) -> TokenStr
 
     // The state the parameters are resolved against: the `State<T>` parameter's `T`, `state = T`,
     // or any state at all when the handler takes none.
-    let (impl_generics, state_ty, check_state) = match &checked.state {
-        Some(ty) => (quote!(), quote!(#ty), quote!(#ty)),
-        None => (quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>), quote!(__DeliveryState), quote!(())),
+    let (impl_generics, state_ty) = match &checked.state {
+        Some(ty) => (quote!(), quote!(#ty)),
+        None => (quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>), quote!(__DeliveryState)),
     };
     let generic_bounds = if checked.state.is_none() {
         let bounds = checked.params.iter().map(|ty| quote!(#ty: #private::FromUnit<__DeliveryState>,));

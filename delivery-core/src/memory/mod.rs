@@ -197,18 +197,23 @@ impl MemoryBroker {
         self.inner.lock().queue(queue).depth()
     }
 
-    /// Waits until `queue` holds no unit at all (everything acknowledged or dead-lettered).
-    pub async fn idle(&self, queue: &str) {
-        let changed = self.inner.lock().queue(queue).changed();
-        loop {
-            // Registered before looking, so a change between the look and the wait is not missed.
-            let notified = changed.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            if self.inner.lock().queue(queue).depth() == 0 {
-                return;
+    /// Completes once `queue` holds no unit at all: everything acknowledged or dead-lettered.
+    /// Handy as a consumer's shutdown signal in tests: `.shutdown_on(broker.idle("orders"))`.
+    pub fn idle(&self, queue: &str) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let shared = self.inner.clone();
+        let queue = queue.to_owned();
+        async move {
+            let changed = shared.lock().queue(&queue).changed();
+            loop {
+                // Registered before looking, so a change between the look and the wait is not missed.
+                let notified = changed.notified();
+                let mut notified = std::pin::pin!(notified);
+                notified.as_mut().enable();
+                if shared.lock().queue(&queue).depth() == 0 {
+                    return;
+                }
+                notified.await;
             }
-            notified.await;
         }
     }
 }
