@@ -1,0 +1,147 @@
+//! The quickstart: a consumer on the in-memory broker, no services needed.
+//!
+//!     cargo run --example quickstart
+//!
+//! Six units go through one handler and each meets a different fate: applied; failed then applied
+//! on redelivery; poison straight to the dead letter; retried to the bound then dead-lettered;
+//! delivered twice with one effect. It ends by listing the dead letter as an operator sees it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use delivery::memory::{MemoryBroker, QueueConfig};
+use delivery::{Backoff, Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct OrderPlaced {
+    order_id: String,
+    sku: String,
+    amount_cents: u64,
+}
+
+/// The service's state: its "database" of orders and, for this demo, a stock service that is down
+/// for some SKUs.
+#[derive(Clone, Default)]
+struct Shop {
+    orders: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// SKU -> deliveries on which the stock service fails (`u32::MAX`: always).
+    stock_down_until: Arc<BTreeMap<&'static str, u32>>,
+    journal: Arc<Mutex<Vec<(UnitId, u32, String)>>>,
+}
+
+#[derive(Debug)]
+struct StockUnavailable;
+impl std::fmt::Display for StockUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stock service unavailable")
+    }
+}
+impl std::error::Error for StockUnavailable {}
+
+/// Records an order. Everything it writes comes from the unit, keyed by the order's own id, so a
+/// redelivery changes nothing.
+#[consumer]
+async fn record_order(
+    State(shop): State<Shop>,
+    Json(order): Json<OrderPlaced>,
+    unit_id: UnitId,
+    count: DeliveryCount,
+) -> Result<(), HandlerError> {
+    let note = |text: String| shop.journal.lock().unwrap().push((unit_id.clone(), count.get(), text));
+    if shop.stock_down_until.get(order.sku.as_str()).is_some_and(|until| count.get() < *until) {
+        note(format!("failed: {StockUnavailable}"));
+        return Err(StockUnavailable.into());
+    }
+    let mut orders = shop.orders.lock().unwrap();
+    if orders.contains_key(&order.order_id) {
+        note(format!("order {} already recorded: nothing to do", order.order_id));
+    } else {
+        orders.insert(order.order_id.clone(), order.amount_cents);
+        note(format!("recorded order {} ({} cents)", order.order_id, order.amount_cents));
+    }
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    // The runtime logs every disposition once; `RUST_LOG=delivery_core=debug` shows them.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off".into()))
+        .init();
+    let broker = MemoryBroker::new();
+    broker
+        .declare("orders", QueueConfig::default().max_deliveries(4).dead_letter("orders.dead-letter"))
+        .expect("declared once");
+    let shop = Shop {
+        stock_down_until: Arc::new(BTreeMap::from([("flaky-sku", 2), ("dead-sku", u32::MAX)])),
+        ..Shop::default()
+    };
+
+    let units = [
+        ("m-1", r#"{"order_id":"o-1","sku":"book","amount_cents":2500}"#, "applied"),
+        ("m-2", r#"{"order_id":"o-2","sku":"flaky-sku","amount_cents":990}"#, "fails once, then applied"),
+        ("m-3", r#"{"order_id": "o-3", "sku": "#, "poison: not JSON"),
+        ("m-4", r#"{"order_id":"o-4","sku":"dead-sku","amount_cents":100}"#, "fails on every delivery"),
+        ("m-5", r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#, "delivered twice"),
+        ("m-5", r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#, "(the duplicate)"),
+    ];
+    println!("delivery quickstart: one consumer, the in-memory broker, no services\n");
+    println!("publishing to `orders` (bound: 4 deliveries, dead letter: `orders.dead-letter`):");
+    for (id, payload, what) in units {
+        println!("  {id}  {what}");
+        broker.publish("orders", Unit::new(id, payload));
+    }
+
+    let report = Consumer::new(broker.consume("orders"))
+        .state(shop.clone())
+        .concurrency(1)
+        .backoff(Backoff::exponential(Duration::from_millis(20), Duration::from_millis(200)))
+        .shutdown_on(broker.idle("orders"))
+        .run(record_order)
+        .await;
+
+    println!("\nwhat the handler saw, per unit and delivery:");
+    for (id, count, text) in shop.journal.lock().unwrap().iter() {
+        println!("  {id}  delivery {count}  {text}");
+    }
+    let dead = broker.dead_letters("orders");
+    println!("\nwhat happened to each unit:");
+    let mut seen = Vec::new();
+    for (id, _, _) in units {
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let deliveries: Vec<u32> = shop
+            .journal
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(u, _, _)| u.as_str() == id)
+            .map(|(_, c, _)| *c)
+            .collect();
+        let fate = match dead.peek(id) {
+            Some(letter) => format!(
+                "dead letter after {} deliver{}: {}",
+                letter.delivery_count,
+                if letter.delivery_count.get() == 1 { "y" } else { "ies" },
+                letter.reason
+            ),
+            None => format!("acknowledged after its effect; handler runs: {}", deliveries.len()),
+        };
+        println!("  {id}  {fate}");
+    }
+    println!("\norders recorded: {:?}", shop.orders.lock().unwrap());
+    println!(
+        "consumer report: {} acked, {} returned, {} dead-lettered",
+        report.acked, report.returned, report.dead_lettered
+    );
+
+    println!("\nthe dead letter, as an operator sees it (`{}`, {} units):", dead.name(), dead.len());
+    for letter in dead.list() {
+        println!("  {letter}");
+    }
+    println!("\nredrive with `broker.dead_letters(\"orders\").redrive(&id)`: same id, fresh delivery count.");
+}
