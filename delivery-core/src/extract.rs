@@ -88,9 +88,10 @@ pub(crate) fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Malf
     if payload.is_empty() {
         return Err(Malformed::new("empty payload"));
     }
-    let text = std::str::from_utf8(payload)
-        .map_err(|e| Malformed::new(format!("payload is not UTF-8: {e}")))?;
-    serde_json::from_str(text).map_err(|e| Malformed::new(format!("payload does not decode: {e}")))
+    serde_json::from_slice(payload).map_err(|e| match std::str::from_utf8(payload) {
+        Err(utf8) => Malformed::new(format!("payload is not UTF-8: {utf8}")),
+        Ok(_) => Malformed::new(format!("payload does not decode: {e}")),
+    })
 }
 
 /// The consumer's shared application state (`S: Clone`), given with `Consumer::state`.

@@ -33,15 +33,51 @@ where
 
     tracing::info!(source = source.name(), max_deliveries = policy.max_deliveries.get(), concurrency,
         "consumer started");
+    let mut received_since_check = 0u32;
     loop {
+        // Units finishing come first, then new ones. The shutdown signal is looked at whenever
+        // nothing is ready, and every 32 units while the source stays busy.
+        received_since_check += 1;
+        if received_since_check >= 32 {
+            received_since_check = 0;
+            if (&mut shutdown).now_or_never().is_some() {
+                break;
+            }
+        }
         tokio::select! {
             biased;
-            () = &mut shutdown => break,
             Some(settled) = inflight.next(), if !inflight.is_empty() => count(&mut report, settled),
             received = source.receive(), if inflight.len() < concurrency => match received {
                 Ok(Some((unit, handle))) => {
                     receive_failures = 0;
-                    inflight.push(process(unit, handle, &handler, &state, &policy, &abandon, &counters));
+                    let unit_run = process(unit, handle, &handler, &state, &policy, &abandon, &counters);
+                    if concurrency == 1 {
+                        // One unit at a time: run it right here. The shutdown signal still
+                        // starts the drain deadline for it.
+                        let mut unit_run = std::pin::pin!(unit_run);
+                        let mut stopping = false;
+                        let settled = tokio::select! {
+                            biased;
+                            settled = &mut unit_run => settled,
+                            () = &mut shutdown => {
+                                stopping = true;
+                                drain_one(unit_run, drain_deadline, &abandon).await
+                            }
+                        };
+                        count(&mut report, settled);
+                        if stopping {
+                            break;
+                        }
+                        continue;
+                    }
+                    let mut unit_run = Box::pin(unit_run);
+                    // Most handlers that complete without waiting (and every malformed unit) finish
+                    // on the first poll; only the ones still waiting join the set in flight. The
+                    // set polls them again with a real waker.
+                    match (&mut unit_run).now_or_never() {
+                        Some(settled) => count(&mut report, settled),
+                        None => inflight.push(unit_run),
+                    }
                 }
                 Ok(None) => break,
                 Err(error) => {
@@ -55,6 +91,7 @@ where
                     }
                 }
             },
+            () = &mut shutdown => break,
         }
     }
 
@@ -82,6 +119,21 @@ where
     report
 }
 
+/// The drain of the one unit a consumer of concurrency 1 holds at shutdown.
+async fn drain_one(
+    mut unit_run: std::pin::Pin<&mut impl std::future::Future<Output = Settled>>,
+    deadline: Duration,
+    abandon: &CancellationToken,
+) -> Settled {
+    tokio::select! {
+        settled = &mut unit_run => settled,
+        () = tokio::time::sleep(deadline) => {
+            abandon.cancel();
+            unit_run.await
+        }
+    }
+}
+
 fn count(report: &mut Report, settled: Settled) {
     match settled {
         Settled::Acked => report.acked += 1,
@@ -107,6 +159,9 @@ where
 {
     let run = AssertUnwindSafe(async { handler.call(&unit, state).await }).catch_unwind();
     let outcome = tokio::select! {
+        // The handler first: a unit that completes is never checked against the deadline, which
+        // keeps the common path free of the cancellation token's bookkeeping.
+        biased;
         result = run => result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic))),
         () = abandon.cancelled() => {
             // Unfinished at the drain deadline: returned at once, never acknowledged.
