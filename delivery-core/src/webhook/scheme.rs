@@ -1,0 +1,117 @@
+//! Which provider signed the delivery, and how each one lays its signature out.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use http::{HeaderMap, HeaderName};
+
+use super::generic::HmacScheme;
+use super::parse::{Signed, optional};
+use super::secret::Key;
+use super::{Secret, VerifyError, standard, stripe};
+
+/// A signing scheme, each exactly as its provider publishes it.
+///
+/// | scheme | headers | signed bytes | secret | delivery id |
+/// |---|---|---|---|---|
+/// | `GitHub` | `X-Hub-Signature-256: sha256=<hex>` | body | as given | `X-GitHub-Delivery` |
+/// | `Stripe` | `Stripe-Signature: t=<unix>,v1=<hex>[,v1=...]` | `{t}.{body}` | the whole `whsec_...` string | the event's `id` |
+/// | `StandardWebhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64> ...` (or `svix-*`) | `{id}.{timestamp}.{body}` | `whsec_<base64>`, decoded (prefix optional) | `webhook-id` |
+/// | `Slack` | `X-Slack-Signature: v0=<hex>`, `X-Slack-Request-Timestamp` | `v0:{timestamp}:{body}` | as given | the event's `event_id` |
+/// | `Shopify` | `X-Shopify-Hmac-Sha256: <base64>` | body | as given | `X-Shopify-Webhook-Id` |
+/// | `Hmac(..)` | configured ([`HmacScheme`]) | configured | as given | the configured id header |
+///
+/// All are HMAC-SHA256. Schemes with a timestamp reject one outside the verifier's tolerance
+/// (default 300 s) in the past or the future.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex>` over the raw body; no timestamp.
+    GitHub,
+    /// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>` over `{t}.{body}`, keyed with the whole
+    /// `whsec_...` string (not decoded); any `v1` may match.
+    Stripe,
+    /// [Standard Webhooks](https://www.standardwebhooks.com/) (and Svix): `webhook-id`,
+    /// `webhook-timestamp`, `webhook-signature` (a space-separated `v1,<base64>` list) over
+    /// `{id}.{timestamp}.{body}`, keyed with the base64-decoded `whsec_` secret. The `svix-*`
+    /// header names are accepted too.
+    StandardWebhooks,
+    /// Slack: `X-Slack-Signature: v0=<hex>` over `v0:{timestamp}:{body}`, with the timestamp in
+    /// `X-Slack-Request-Timestamp`.
+    Slack,
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the raw body; no timestamp.
+    Shopify,
+    /// Any other HMAC-SHA256 scheme, configured with [`HmacScheme`].
+    Hmac(HmacScheme),
+}
+
+static GITHUB: HmacScheme =
+    HmacScheme::preset("x-hub-signature-256", false, "sha256=", None, "{body}");
+static SHOPIFY: HmacScheme = HmacScheme::preset("x-shopify-hmac-sha256", true, "", None, "{body}");
+static SLACK: HmacScheme = HmacScheme::preset(
+    "x-slack-signature",
+    false,
+    "v0=",
+    Some("x-slack-request-timestamp"),
+    "v0:{timestamp}:{body}",
+);
+
+const GITHUB_DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
+const SHOPIFY_WEBHOOK_ID: HeaderName = HeaderName::from_static("x-shopify-webhook-id");
+
+impl Scheme {
+    /// Reads the delivery's signatures, timestamp and signed framing from its headers.
+    pub(super) fn parse<'a>(&'a self, headers: &'a HeaderMap) -> Result<Signed<'a>, VerifyError> {
+        match self {
+            Scheme::GitHub => GITHUB.parse(headers),
+            Scheme::Stripe => stripe::parse(headers),
+            Scheme::StandardWebhooks => standard::parse(headers),
+            Scheme::Slack => SLACK.parse(headers),
+            Scheme::Shopify => SHOPIFY.parse(headers),
+            Scheme::Hmac(scheme) => scheme.parse(headers),
+        }
+    }
+
+    /// The HMAC key for a secret as the provider hands it out.
+    pub(super) fn key(&self, secret: &Secret) -> Result<Key, &'static str> {
+        let raw = secret.expose();
+        let key = match self {
+            Scheme::StandardWebhooks => {
+                let encoded = raw.strip_prefix(b"whsec_").unwrap_or(raw);
+                let decoded = STANDARD.decode(encoded);
+                Key::new(&decoded.map_err(|_| "a Standard Webhooks secret is not base64")?)
+            }
+            _ => Key::new(raw),
+        };
+        key.ok_or("a secret is empty")
+    }
+
+    /// What makes this scheme unusable, if anything.
+    pub(super) fn problem(&self) -> Option<&'static str> {
+        match self {
+            Scheme::Hmac(scheme) => scheme.problem(),
+            _ => None,
+        }
+    }
+
+    /// The delivery's id from its headers, for schemes that put it there.
+    pub(super) fn header_id<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        let one = |name| optional(headers, name).ok().flatten();
+        match self {
+            Scheme::GitHub => one(&GITHUB_DELIVERY),
+            Scheme::StandardWebhooks => standard::id(headers),
+            Scheme::Shopify => one(&SHOPIFY_WEBHOOK_ID),
+            Scheme::Hmac(scheme) => scheme.id(headers),
+            Scheme::Stripe | Scheme::Slack => None,
+        }
+    }
+
+    /// The top-level field of the verified JSON body that carries the event's id, for schemes
+    /// that put it there.
+    pub(super) fn body_id_field(&self) -> Option<&'static str> {
+        match self {
+            Scheme::Stripe => Some("id"),
+            Scheme::Slack => Some("event_id"),
+            _ => None,
+        }
+    }
+}
