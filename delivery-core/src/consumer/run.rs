@@ -1,8 +1,14 @@
 //! The receive loop. Acknowledgement happens in `settle::apply`, strictly after the handler's
 //! future resolved; a panic is a failure; shutdown drains, then returns what is left.
+//!
+//! The common case — a unit already waiting, a handler that completes — goes through no `select!`,
+//! no allocation and no cancellation bookkeeping: each is only set up when something has to wait.
 
 use std::any::Any;
+use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
+use std::pin::{Pin, pin};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -13,8 +19,15 @@ use super::settle::{self, Counters, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
 use crate::handler::Handler;
-use crate::transport::{Settle, Source};
+use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
+
+/// What woke the loop.
+enum Event<H> {
+    Received(Result<Option<(Unit, H)>, TransportError>),
+    Settled(Settled),
+    Shutdown,
+}
 
 pub(super) async fn run<Src, S, H>(consumer: Consumer<Src, S>, handler: H) -> Report
 where
@@ -30,68 +43,77 @@ where
     let mut report = Report::default();
     let mut inflight = FuturesUnordered::new();
     let mut receive_failures = 0u32;
+    let mut since_shutdown_check = 0u32;
 
     tracing::info!(source = source.name(), max_deliveries = policy.max_deliveries.get(), concurrency,
         "consumer started");
-    let mut received_since_check = 0u32;
     loop {
-        // Units finishing come first, then new ones. The shutdown signal is looked at whenever
-        // nothing is ready, and every 32 units while the source stays busy.
-        received_since_check += 1;
-        if received_since_check >= 32 {
-            received_since_check = 0;
+        // While units keep coming the shutdown signal is looked at every 32 of them; when the loop
+        // waits, the `select!` below watches it.
+        since_shutdown_check += 1;
+        if since_shutdown_check >= 32 {
+            since_shutdown_check = 0;
             if (&mut shutdown).now_or_never().is_some() {
                 break;
             }
         }
-        tokio::select! {
-            biased;
-            Some(settled) = inflight.next(), if !inflight.is_empty() => count(&mut report, settled),
-            received = source.receive(), if inflight.len() < concurrency => match received {
-                Ok(Some((unit, handle))) => {
-                    receive_failures = 0;
-                    let unit_run = process(unit, handle, &handler, &state, &policy, &abandon, &counters);
-                    if concurrency == 1 {
-                        // One unit at a time: run it right here. The shutdown signal still
-                        // starts the drain deadline for it.
-                        let mut unit_run = std::pin::pin!(unit_run);
-                        let mut stopping = false;
-                        let settled = tokio::select! {
-                            biased;
-                            settled = &mut unit_run => settled,
-                            () = &mut shutdown => {
-                                stopping = true;
-                                drain_one(unit_run, drain_deadline, &abandon).await
-                            }
-                        };
-                        count(&mut report, settled);
-                        if stopping {
-                            break;
-                        }
-                        continue;
-                    }
-                    let mut unit_run = Box::pin(unit_run);
-                    // Most handlers that complete without waiting (and every malformed unit) finish
-                    // on the first poll; only the ones still waiting join the set in flight. The
-                    // set polls them again with a real waker.
-                    match (&mut unit_run).now_or_never() {
-                        Some(settled) => count(&mut report, settled),
-                        None => inflight.push(unit_run),
-                    }
+        let ready = if inflight.is_empty() { poll_once(pin!(source.receive())).await } else { Poll::Pending };
+        let received = match ready {
+            Poll::Ready(received) => received,
+            Poll::Pending => match tokio::select! {
+                biased;
+                Some(settled) = inflight.next(), if !inflight.is_empty() => Event::Settled(settled),
+                received = source.receive(), if inflight.len() < concurrency => Event::Received(received),
+                () = &mut shutdown => Event::Shutdown,
+            } {
+                Event::Received(received) => received,
+                Event::Settled(settled) => {
+                    count(&mut report, settled);
+                    continue;
                 }
-                Ok(None) => break,
-                Err(error) => {
-                    receive_failures = receive_failures.saturating_add(1);
-                    let wait = Duration::from_millis(100u64 << receive_failures.min(6));
-                    tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
-                        "receiving failed");
-                    tokio::select! {
-                        () = &mut shutdown => break,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
+                Event::Shutdown => break,
             },
-            () = &mut shutdown => break,
+        };
+        let (unit, handle) = match received {
+            Ok(Some(received)) => received,
+            Ok(None) => break,
+            Err(error) => {
+                receive_failures = receive_failures.saturating_add(1);
+                let wait = Duration::from_millis(100u64 << receive_failures.min(6));
+                tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
+                    "receiving failed");
+                tokio::select! {
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(wait) => continue,
+                }
+            }
+        };
+        receive_failures = 0;
+        if concurrency == 1 {
+            // One unit at a time: run it right here. The shutdown signal still starts the drain
+            // deadline for it. (Built in place: the future is a few hundred bytes.)
+            let mut unit_run = pin!(process(unit, handle, &handler, &state, &policy, &abandon, &counters));
+            let settled = match poll_once(unit_run.as_mut()).await {
+                Poll::Ready(settled) => settled,
+                Poll::Pending => tokio::select! {
+                    biased;
+                    settled = &mut unit_run => settled,
+                    () = &mut shutdown => {
+                        count(&mut report, drain_one(unit_run, drain_deadline, &abandon).await);
+                        break;
+                    }
+                },
+            };
+            count(&mut report, settled);
+            continue;
+        }
+        // Several at once: a unit whose handler completes on the first poll (every malformed one,
+        // many fast ones) never joins the set in flight; the rest are polled there with a real
+        // waker.
+        let mut unit_run = Box::pin(process(unit, handle, &handler, &state, &policy, &abandon, &counters));
+        match poll_once(unit_run.as_mut()).await {
+            Poll::Ready(settled) => count(&mut report, settled),
+            Poll::Pending => inflight.push(unit_run),
         }
     }
 
@@ -99,7 +121,7 @@ where
     // returned (each `process` settles its own unit when abandoned).
     tracing::info!(source = source.name(), in_flight = inflight.len(), "consumer stopping");
     let deadline = tokio::time::sleep(drain_deadline);
-    let mut deadline = std::pin::pin!(deadline);
+    let mut deadline = pin!(deadline);
     let mut abandoned = false;
     loop {
         tokio::select! {
@@ -119,9 +141,14 @@ where
     report
 }
 
+/// Polls `future` once with the task's own waker: `Pending` leaves it registered, as any poll does.
+async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
+    poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
+}
+
 /// The drain of the one unit a consumer of concurrency 1 holds at shutdown.
 async fn drain_one(
-    mut unit_run: std::pin::Pin<&mut impl std::future::Future<Output = Settled>>,
+    mut unit_run: Pin<&mut impl Future<Output = Settled>>,
     deadline: Duration,
     abandon: &CancellationToken,
 ) -> Settled {
@@ -157,17 +184,26 @@ where
     H: Handler<S>,
     L: Settle,
 {
-    let run = AssertUnwindSafe(async { handler.call(&unit, state).await }).catch_unwind();
-    let outcome = tokio::select! {
-        // The handler first: a unit that completes is never checked against the deadline, which
-        // keeps the common path free of the cancellation token's bookkeeping.
-        biased;
-        result = run => result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic))),
-        () = abandon.cancelled() => {
-            // Unfinished at the drain deadline: returned at once, never acknowledged.
-            let outcome = Outcome::Failed("unfinished at shutdown".into());
-            let returned = Disposition::Return { after: Duration::ZERO };
-            return settle::apply(handle, &unit, &outcome, &returned, counters).await;
+    // Resolving the parameters runs user code (extractors) too: a panic there is a failure as well.
+    let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(&unit, state))) {
+        Err(panic) => Outcome::Panicked(panic_message(&*panic)),
+        Ok(call) => {
+            let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
+            let result = match poll_once(call.as_mut()).await {
+                Poll::Ready(result) => result,
+                // Still running: from now on the drain deadline may abandon it.
+                Poll::Pending => tokio::select! {
+                    biased;
+                    result = call => result,
+                    () = abandon.cancelled() => {
+                        // Unfinished at the drain deadline: returned at once, never acknowledged.
+                        let outcome = Outcome::Failed("unfinished at shutdown".into());
+                        let returned = Disposition::Return { after: Duration::ZERO };
+                        return settle::apply(handle, &unit, &outcome, &returned, counters).await;
+                    }
+                },
+            };
+            result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic)))
         }
     };
     let disposition = decide(&outcome, unit.delivery_count(), policy, unit.id());

@@ -1,0 +1,16 @@
+// Rule 3 (acknowledgement handle parameter), reach: lapin's `Acker` behind a type alias and an
+// `Option`, caught by the type. Needs the `lapin` feature.
+// PENDING: `lapin` is not nameable from a test crate (it is a dependency of delivery-core only);
+// written against a re-export `delivery::lapin`. Move to `fail-lapin/` once it exists.
+use delivery::lapin;
+use delivery::{HandlerError, Json, consumer};
+
+type Ack = Option<lapin::Acker>;
+
+#[consumer]
+async fn record(Json(id): Json<String>, ack: Ack) -> Result<(), HandlerError> {
+    let _ = (id, ack);
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,32 @@
+// PENDING (false positive). Should PASS: the user's own extractor named `Timestamp` reads the
+// producer's time from a header — deterministic, the same on every delivery. The token check
+// refuses any single-segment type named `Timestamp` as a clock (check.rs `forbidden_type`:
+// `"Timestamp" if in_path("jiff") || segments.len() == 1`). jiff's `Timestamp` is a value, not a
+// clock, anyway; `Timestamp::now()` in the body is what reads the clock, and that is caught.
+use delivery::memory::MemoryBroker;
+use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, Unit, consumer};
+
+/// The producer's event time, from the `x-event-time` header (epoch millis).
+struct Timestamp(u64);
+
+impl<S> FromUnit<S> for Timestamp {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        let text = unit
+            .headers()
+            .get_str("x-event-time")
+            .ok_or_else(|| Malformed::new("no x-event-time"))?;
+        text.parse()
+            .map(Timestamp)
+            .map_err(|e| Malformed::new(format!("bad x-event-time: {e}")))
+    }
+}
+
+#[consumer]
+async fn record(at: Timestamp, Json(id): Json<String>) -> Result<(), HandlerError> {
+    let _ = (at.0, id);
+    Ok(())
+}
+
+fn main() {
+    let _run = Consumer::new(MemoryBroker::new().consume("q")).run(record);
+}
