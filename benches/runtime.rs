@@ -18,7 +18,10 @@ use tokio::sync::Notify;
 const DEFAULT_UNITS: u64 = 200_000;
 
 fn units() -> u64 {
-    std::env::var("BENCH_UNITS").ok().and_then(|n| n.parse().ok()).unwrap_or(DEFAULT_UNITS)
+    std::env::var("BENCH_UNITS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(DEFAULT_UNITS)
 }
 const ROUNDS: usize = 7;
 
@@ -53,7 +56,13 @@ async fn apply(State(counter): State<Counter>, Json(tick): Json<Tick>) -> Result
 
 fn fill(broker: &MemoryBroker, queue: &str) {
     for i in 0..units() {
-        broker.publish(queue, Unit::new(format!("u-{i}"), format!(r#"{{"id":{i},"value":{}}}"#, i * 7)));
+        broker.publish(
+            queue,
+            Unit::new(
+                format!("u-{i}"),
+                format!(r#"{{"id":{i},"value":{}}}"#, i * 7),
+            ),
+        );
     }
 }
 
@@ -76,7 +85,11 @@ async fn hand_written(broker: &MemoryBroker) -> f64 {
 
 async fn runtime(broker: &MemoryBroker, concurrency: usize) -> f64 {
     fill(broker, "bench");
-    let counter = Counter(Arc::new(CounterInner { target: units(), done: AtomicU64::new(0), finished: Notify::new() }));
+    let counter = Counter(Arc::new(CounterInner {
+        target: units(),
+        done: AtomicU64::new(0),
+        finished: Notify::new(),
+    }));
     let signal = counter.clone();
     let started = Instant::now();
     let report = Consumer::new(broker.consume("bench").prefetch(32))
@@ -97,11 +110,20 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     // For instruction counts under callgrind: one side only, e.g. BENCH_ONLY=runtime BENCH_UNITS=20000.
     match std::env::var("BENCH_ONLY").as_deref() {
-        Ok("hand") => { rt.block_on(hand_written(&MemoryBroker::new())); return; },
-        Ok("runtime") => { rt.block_on(runtime(&MemoryBroker::new(), 1)); return; },
+        Ok("hand") => {
+            rt.block_on(hand_written(&MemoryBroker::new()));
+            return;
+        }
+        Ok("runtime") => {
+            rt.block_on(runtime(&MemoryBroker::new(), 1));
+            return;
+        }
         _ => {}
     }
     let (mut hand, mut one, mut many) = (Vec::new(), Vec::new(), Vec::new());
@@ -110,12 +132,24 @@ fn main() {
             hand.push(hand_written(&MemoryBroker::new()).await);
             one.push(runtime(&MemoryBroker::new(), 1).await);
             many.push(runtime(&MemoryBroker::new(), 16).await);
-            eprintln!("round {round}: hand {:.0}/s, runtime(1) {:.0}/s, runtime(16) {:.0}/s", hand[round], one[round], many[round]);
+            eprintln!(
+                "round {round}: hand {:.0}/s, runtime(1) {:.0}/s, runtime(16) {:.0}/s",
+                hand[round], one[round], many[round]
+            );
         }
     });
     let (hand, one, many) = (median(hand), median(one), median(many));
-    println!("in-memory broker, {} units x {ROUNDS} rounds, medians:", units());
+    println!(
+        "in-memory broker, {} units x {ROUNDS} rounds, medians:",
+        units()
+    );
     println!("  hand-written loop         {hand:>12.0} units/s");
-    println!("  runtime, concurrency 1    {one:>12.0} units/s   ratio {:.2}", one / hand);
-    println!("  runtime, concurrency 16   {many:>12.0} units/s   ratio {:.2}", many / hand);
+    println!(
+        "  runtime, concurrency 1    {one:>12.0} units/s   ratio {:.2}",
+        one / hand
+    );
+    println!(
+        "  runtime, concurrency 16   {many:>12.0} units/s   ratio {:.2}",
+        many / hand
+    );
 }

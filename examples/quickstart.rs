@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delivery::memory::{MemoryBroker, QueueConfig};
-use delivery::{Backoff, Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer};
+use delivery::{
+    Backoff, Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer,
+};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -49,17 +51,32 @@ async fn record_order(
     unit_id: UnitId,
     count: DeliveryCount,
 ) -> Result<(), HandlerError> {
-    let note = |text: String| shop.journal.lock().unwrap().push((unit_id.clone(), count.get(), text));
-    if shop.stock_down_until.get(order.sku.as_str()).is_some_and(|until| count.get() < *until) {
+    let note = |text: String| {
+        shop.journal
+            .lock()
+            .unwrap()
+            .push((unit_id.clone(), count.get(), text))
+    };
+    if shop
+        .stock_down_until
+        .get(order.sku.as_str())
+        .is_some_and(|until| count.get() < *until)
+    {
         note(format!("failed: {StockUnavailable}"));
         return Err(StockUnavailable.into());
     }
     let mut orders = shop.orders.lock().unwrap();
     if orders.contains_key(&order.order_id) {
-        note(format!("order {} already recorded: nothing to do", order.order_id));
+        note(format!(
+            "order {} already recorded: nothing to do",
+            order.order_id
+        ));
     } else {
         orders.insert(order.order_id.clone(), order.amount_cents);
-        note(format!("recorded order {} ({} cents)", order.order_id, order.amount_cents));
+        note(format!(
+            "recorded order {} ({} cents)",
+            order.order_id, order.amount_cents
+        ));
     }
     Ok(())
 }
@@ -68,11 +85,18 @@ async fn record_order(
 async fn main() {
     // The runtime logs every disposition once; `RUST_LOG=delivery_core=debug` shows them.
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "off".into()),
+        )
         .init();
     let broker = MemoryBroker::new();
     broker
-        .declare("orders", QueueConfig::default().max_deliveries(4).dead_letter("orders.dead-letter"))
+        .declare(
+            "orders",
+            QueueConfig::default()
+                .max_deliveries(4)
+                .dead_letter("orders.dead-letter"),
+        )
         .expect("declared once");
     let shop = Shop {
         stock_down_until: Arc::new(BTreeMap::from([("flaky-sku", 2), ("dead-sku", u32::MAX)])),
@@ -80,12 +104,32 @@ async fn main() {
     };
 
     let units = [
-        ("m-1", r#"{"order_id":"o-1","sku":"book","amount_cents":2500}"#, "applied"),
-        ("m-2", r#"{"order_id":"o-2","sku":"flaky-sku","amount_cents":990}"#, "fails once, then applied"),
+        (
+            "m-1",
+            r#"{"order_id":"o-1","sku":"book","amount_cents":2500}"#,
+            "applied",
+        ),
+        (
+            "m-2",
+            r#"{"order_id":"o-2","sku":"flaky-sku","amount_cents":990}"#,
+            "fails once, then applied",
+        ),
         ("m-3", r#"{"order_id": "o-3", "sku": "#, "poison: not JSON"),
-        ("m-4", r#"{"order_id":"o-4","sku":"dead-sku","amount_cents":100}"#, "fails on every delivery"),
-        ("m-5", r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#, "delivered twice"),
-        ("m-5", r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#, "(the duplicate)"),
+        (
+            "m-4",
+            r#"{"order_id":"o-4","sku":"dead-sku","amount_cents":100}"#,
+            "fails on every delivery",
+        ),
+        (
+            "m-5",
+            r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#,
+            "delivered twice",
+        ),
+        (
+            "m-5",
+            r#"{"order_id":"o-5","sku":"pen","amount_cents":150}"#,
+            "(the duplicate)",
+        ),
     ];
     println!("delivery quickstart: one consumer, the in-memory broker, no services\n");
     println!("publishing to `orders` (bound: 4 deliveries, dead letter: `orders.dead-letter`):");
@@ -97,7 +141,10 @@ async fn main() {
     let report = Consumer::new(broker.consume("orders"))
         .state(shop.clone())
         .concurrency(1)
-        .backoff(Backoff::exponential(Duration::from_millis(20), Duration::from_millis(200)))
+        .backoff(Backoff::exponential(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ))
         .shutdown_on(broker.idle("orders"))
         .run(record_order)
         .await;
@@ -126,10 +173,17 @@ async fn main() {
             Some(letter) => format!(
                 "dead letter after {} deliver{}: {}",
                 letter.delivery_count,
-                if letter.delivery_count.get() == 1 { "y" } else { "ies" },
+                if letter.delivery_count.get() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                },
                 letter.reason
             ),
-            None => format!("acknowledged after its effect; handler runs: {}", deliveries.len()),
+            None => format!(
+                "acknowledged after its effect; handler runs: {}",
+                deliveries.len()
+            ),
         };
         println!("  {id}  {fate}");
     }
@@ -139,9 +193,15 @@ async fn main() {
         report.acked, report.returned, report.dead_lettered
     );
 
-    println!("\nthe dead letter, as an operator sees it (`{}`, {} units):", dead.name(), dead.len());
+    println!(
+        "\nthe dead letter, as an operator sees it (`{}`, {} units):",
+        dead.name(),
+        dead.len()
+    );
     for letter in dead.list() {
         println!("  {letter}");
     }
-    println!("\nredrive with `broker.dead_letters(\"orders\").redrive(&id)`: same id, fresh delivery count.");
+    println!(
+        "\nredrive with `broker.dead_letters(\"orders\").redrive(&id)`: same id, fresh delivery count."
+    );
 }

@@ -30,7 +30,7 @@ TOML
       [[ $2 == 1 ]] && echo '#[delivery::consumer]'
       cat <<RS
 pub async fn handler_$i(State(app): State<App>, Json(event): Json<Event>, unit: UnitId, count: DeliveryCount) -> Result<(), HandlerError> {
-    if count.get() > 3 && unit.as_str().is_empty() { return Err(HandlerError::reject_msg("empty id")); }
+    if count.get() > 3 && unit.as_str().is_empty() { return Err(HandlerError::reject("empty id")); }
     app.rows.lock().unwrap().push((format!("{}-$i", event.id), event.amount + $i));
     Ok(())
 }

@@ -61,12 +61,20 @@ async fn record_payment(
     Json(p): Json<Payment>,
     count: DeliveryCount,
 ) -> Result<(), HandlerError> {
-    app.calls.lock().unwrap().push((p.payment_id.clone(), count.get()));
+    app.calls
+        .lock()
+        .unwrap()
+        .push((p.payment_id.clone(), count.get()));
     if app.gate.closed.load(Ordering::SeqCst) {
         app.gate.entered.notify_one();
         app.gate.open.notified().await;
     }
-    let must_fail = app.fail_until.lock().unwrap().get(&p.payment_id).is_some_and(|n| count.get() < *n);
+    let must_fail = app
+        .fail_until
+        .lock()
+        .unwrap()
+        .get(&p.payment_id)
+        .is_some_and(|n| count.get() < *n);
     if must_fail {
         return Err(Transient.into());
     }
@@ -80,7 +88,10 @@ async fn record_payment(
         panic!("handler bug on {}", p.payment_id);
     }
     if p.amount < 0 {
-        return Err(HandlerError::reject_msg(format!("negative amount {}", p.amount)));
+        return Err(HandlerError::reject(format!(
+            "negative amount {}",
+            p.amount
+        )));
     }
     // Keyed by the payment's id and writing only values from the unit: idempotent (rule 3).
     app.rows.lock().unwrap().insert(p.payment_id, p.amount);
@@ -88,7 +99,10 @@ async fn record_payment(
 }
 
 fn payment(id: &str, amount: i64) -> Unit {
-    Unit::new(format!("m-{id}"), format!(r#"{{"payment_id":"{id}","amount":{amount}}}"#))
+    Unit::new(
+        format!("m-{id}"),
+        format!(r#"{{"payment_id":"{id}","amount":{amount}}}"#),
+    )
 }
 
 async fn run_until_idle(broker: &MemoryBroker, queue: &str, app: &App) -> Report {
@@ -143,7 +157,11 @@ async fn a_consumer_that_dies_mid_handler_loses_nothing() {
     let report = run_until_idle(&broker, "payments", &app).await;
     assert_eq!(report.acked, 1);
     assert_eq!(app.rows()["p1"], 10);
-    assert_eq!(app.calls(), vec![("p1".into(), 1), ("p1".into(), 2)], "redelivered with the broker's count");
+    assert_eq!(
+        app.calls(),
+        vec![("p1".into(), 1), ("p1".into(), 2)],
+        "redelivered with the broker's count"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -153,7 +171,15 @@ async fn a_failed_unit_is_returned_and_applied_on_redelivery() {
     app.fail_until.lock().unwrap().insert("p1".into(), 3);
     broker.publish("payments", payment("p1", 10));
     let report = run_until_idle(&broker, "payments", &app).await;
-    assert_eq!(report, Report { acked: 1, returned: 2, dead_lettered: 0, settle_failed: 0 });
+    assert_eq!(
+        report,
+        Report {
+            acked: 1,
+            returned: 2,
+            dead_lettered: 0,
+            settle_failed: 0
+        }
+    );
     assert_eq!(app.rows()["p1"], 10);
     let counts: Vec<u32> = app.calls().iter().map(|(_, c)| *c).collect();
     assert_eq!(counts, [1, 2, 3]);
@@ -168,7 +194,9 @@ async fn returning_waits_a_backoff_that_grows_with_the_count() {
     let started = tokio::time::Instant::now();
     Consumer::new(broker.consume("payments"))
         .state(app.clone())
-        .backoff(Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60)).without_jitter())
+        .backoff(
+            Backoff::exponential(Duration::from_secs(1), Duration::from_secs(60)).without_jitter(),
+        )
         .shutdown_on(broker.idle("payments"))
         .run(record_payment)
         .await;
@@ -198,7 +226,9 @@ async fn a_returned_unit_comes_back_behind_the_units_queued_after_it() {
 #[tokio::test(start_paused = true)]
 async fn redelivery_is_bounded_by_the_brokers_count_across_consumer_restarts() {
     let broker = MemoryBroker::new();
-    broker.declare("payments", QueueConfig::default().max_deliveries(3)).unwrap();
+    broker
+        .declare("payments", QueueConfig::default().max_deliveries(3))
+        .unwrap();
     let app = App::default();
     app.fail_until.lock().unwrap().insert("p1".into(), u32::MAX);
     broker.publish("payments", payment("p1", 10));
@@ -227,7 +257,11 @@ async fn redelivery_is_bounded_by_the_brokers_count_across_consumer_restarts() {
     // A new consumer — a new process, with no memory of the first — continues the broker's count.
     run_until_idle(&broker, "payments", &app).await;
     let counts: Vec<u32> = app.calls().iter().map(|(_, c)| *c).collect();
-    assert_eq!(counts, [1, 2, 3], "the count is the broker's, not the process's");
+    assert_eq!(
+        counts,
+        [1, 2, 3],
+        "the count is the broker's, not the process's"
+    );
     let dead = broker.dead_letters("payments").list();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason.kind(), ReasonKind::Exhausted);
@@ -241,7 +275,10 @@ async fn malformed_units_go_straight_to_the_dead_letter_intact() {
     let app = App::default();
     let poison: Vec<(&str, Vec<u8>)> = vec![
         ("invalid-json", b"{\"payment_id\": ".to_vec()),
-        ("wrong-shape", br#"{"payment_id": 7, "amount": "ten"}"#.to_vec()),
+        (
+            "wrong-shape",
+            br#"{"payment_id": 7, "amount": "ten"}"#.to_vec(),
+        ),
         ("not-utf8", vec![0xff, 0xfe, b'{', b'}']),
         ("empty", Vec::new()),
     ];
@@ -250,12 +287,24 @@ async fn malformed_units_go_straight_to_the_dead_letter_intact() {
     }
     let report = run_until_idle(&broker, "payments", &app).await;
     assert_eq!(report.dead_lettered, 4);
-    assert_eq!(report.returned, 0, "never through redeliveries it cannot pass");
-    assert!(app.calls().is_empty(), "a malformed unit never reaches the handler");
+    assert_eq!(
+        report.returned, 0,
+        "never through redeliveries it cannot pass"
+    );
+    assert!(
+        app.calls().is_empty(),
+        "a malformed unit never reaches the handler"
+    );
     let dead = broker.dead_letters("payments");
     for (id, bytes) in &poison {
-        let letter = dead.peek(id).unwrap_or_else(|| panic!("{id} is not in the dead letter"));
-        assert_eq!(letter.unit.payload().as_ref(), &bytes[..], "{id} payload intact");
+        let letter = dead
+            .peek(id)
+            .unwrap_or_else(|| panic!("{id} is not in the dead letter"));
+        assert_eq!(
+            letter.unit.payload().as_ref(),
+            &bytes[..],
+            "{id} payload intact"
+        );
         assert_eq!(letter.reason.kind(), ReasonKind::Malformed);
         assert_eq!(letter.delivery_count.get(), 1);
         assert_eq!(letter.source, "payments");
@@ -266,13 +315,20 @@ async fn malformed_units_go_straight_to_the_dead_letter_intact() {
 async fn a_rejected_unit_goes_to_the_dead_letter_without_redelivery() {
     let broker = MemoryBroker::new();
     let app = App::default();
-    broker.publish("payments", payment("p1", -5).with_headers(delivery::Headers::from_pairs([("tenant", "acme")])));
+    broker.publish(
+        "payments",
+        payment("p1", -5).with_headers(delivery::Headers::from_pairs([("tenant", "acme")])),
+    );
     let report = run_until_idle(&broker, "payments", &app).await;
     assert_eq!(report.dead_lettered, 1);
     let letter = broker.dead_letters("payments").peek("m-p1").unwrap();
     assert_eq!(letter.reason.kind(), ReasonKind::Rejected);
     assert_eq!(letter.reason.detail(), "negative amount -5");
-    assert_eq!(letter.unit.headers().get_str("tenant"), Some("acme"), "headers intact");
+    assert_eq!(
+        letter.unit.headers().get_str("tenant"),
+        Some("acme"),
+        "headers intact"
+    );
     assert_eq!(app.calls().len(), 1);
 }
 
@@ -286,16 +342,24 @@ async fn a_panicking_handler_returns_the_unit_and_the_runtime_keeps_running() {
     let report = run_until_idle(&broker, "payments", &app).await;
     assert_eq!(report.acked, 2);
     assert_eq!(report.returned, 1);
-    assert_eq!(app.rows(), HashMap::from([("p1".into(), 10), ("p2".into(), 20)]));
+    assert_eq!(
+        app.rows(),
+        HashMap::from([("p1".into(), 10), ("p2".into(), 20)])
+    );
 }
 
 #[tokio::test]
 async fn a_second_delivery_of_an_applied_unit_changes_nothing() {
     let app = App::default();
-    delivery::testing::assert_redelivery_changes_nothing(record_payment, &app, payment("p1", 10), || {
-        let rows = app.rows();
-        async move { rows }
-    })
+    delivery::testing::assert_redelivery_changes_nothing(
+        record_payment,
+        &app,
+        payment("p1", 10),
+        || {
+            let rows = app.rows();
+            async move { rows }
+        },
+    )
     .await;
 
     // And through the broker: the same unit published twice, one effect.
@@ -339,7 +403,10 @@ async fn graceful_shutdown_finishes_in_flight_work_and_returns_the_rest() {
     app.gate.open.notify_one();
     let report = run.await.unwrap();
     assert_eq!(report.acked, 2);
-    assert_eq!(report.returned, 2, "unfinished at the deadline: returned, never acknowledged");
+    assert_eq!(
+        report.returned, 2,
+        "unfinished at the deadline: returned, never acknowledged"
+    );
     assert_eq!(app.rows().len(), 2);
     assert_eq!(broker.depth("payments"), 8, "nothing lost");
 
@@ -367,8 +434,14 @@ async fn an_operator_reads_and_redrives_the_dead_letter_under_the_same_id() {
     assert!(dead.is_empty());
     assert_eq!(broker.depth("payments"), 1);
     let mut source = broker.consume("payments");
-    let (unit, _handle) = delivery::Source::receive(&mut source).await.unwrap().unwrap();
+    let (unit, _handle) = delivery::Source::receive(&mut source)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(unit.id().as_str(), "m-bad");
     assert_eq!(unit.delivery_count().get(), 1);
-    assert!(unit.headers().is_empty(), "the dead letter's own headers are gone after a redrive");
+    assert!(
+        unit.headers().is_empty(),
+        "the dead letter's own headers are gone after a redrive"
+    );
 }

@@ -88,7 +88,10 @@ impl fmt::Display for ReasonKind {
 impl DeadLetterReason {
     /// A reason of `kind` with a human-readable detail.
     pub fn new(kind: ReasonKind, detail: impl Into<String>) -> Self {
-        DeadLetterReason { kind, detail: detail.into() }
+        DeadLetterReason {
+            kind,
+            detail: detail.into(),
+        }
     }
 
     /// The kind of reason.
@@ -124,7 +127,10 @@ impl RedeliveryPolicy {
 
 impl Default for RedeliveryPolicy {
     fn default() -> Self {
-        RedeliveryPolicy { max_deliveries: Self::DEFAULT_MAX_DELIVERIES, backoff: Backoff::default() }
+        RedeliveryPolicy {
+            max_deliveries: Self::DEFAULT_MAX_DELIVERIES,
+            backoff: Backoff::default(),
+        }
     }
 }
 
@@ -141,12 +147,20 @@ pub struct Backoff {
 impl Backoff {
     /// Grows from `initial`, doubling per delivery, up to `max`, with jitter.
     pub fn exponential(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max: max.max(initial), jitter: true }
+        Backoff {
+            initial,
+            max: max.max(initial),
+            jitter: true,
+        }
     }
 
     /// No wait at all: a returned unit is redelivered at once. For tests.
     pub fn none() -> Self {
-        Backoff { initial: Duration::ZERO, max: Duration::ZERO, jitter: false }
+        Backoff {
+            initial: Duration::ZERO,
+            max: Duration::ZERO,
+            jitter: false,
+        }
     }
 
     /// Disables the jitter, so delays are exactly `initial * 2^(count - 1)` up to `max`.
@@ -169,7 +183,10 @@ impl Backoff {
     /// the exponential delay (and never under half of `initial`).
     pub fn delay(&self, count: DeliveryCount, id: &UnitId) -> Duration {
         let exponent = (count.get() - 1).min(32);
-        let full = self.initial.saturating_mul(1u32 << exponent.min(31)).min(self.max);
+        let full = self
+            .initial
+            .saturating_mul(1u32 << exponent.min(31))
+            .min(self.max);
         if !self.jitter || full.is_zero() {
             return full;
         }
@@ -219,10 +236,16 @@ pub fn decide(
     let (error, what) = match outcome {
         Outcome::Applied => return Disposition::Ack,
         Outcome::Malformed(error) => {
-            return Disposition::DeadLetter(DeadLetterReason::new(ReasonKind::Malformed, error.clone()));
+            return Disposition::DeadLetter(DeadLetterReason::new(
+                ReasonKind::Malformed,
+                error.clone(),
+            ));
         }
         Outcome::Rejected(error) => {
-            return Disposition::DeadLetter(DeadLetterReason::new(ReasonKind::Rejected, error.clone()));
+            return Disposition::DeadLetter(DeadLetterReason::new(
+                ReasonKind::Rejected,
+                error.clone(),
+            ));
         }
         Outcome::Failed(error) => (error, "failed"),
         Outcome::Panicked(message) => (message, "panicked"),
@@ -234,5 +257,7 @@ pub fn decide(
             format!("{what} on delivery {count} of {max}: {error}"),
         ));
     }
-    Disposition::Return { after: policy.backoff.delay(count, id) }
+    Disposition::Return {
+        after: policy.backoff.delay(count, id),
+    }
 }

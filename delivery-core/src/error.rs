@@ -3,7 +3,8 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+/// Any error, boxed: what [`HandlerError::retry`] and [`HandlerError::reject`] take.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 
 /// The failure a handler returns.
 ///
@@ -32,6 +33,9 @@ type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 ///     if parsed == 0 {
 ///         return Err(UnknownSku(sku.into())).map_err(HandlerError::reject);
 ///     }
+///     if parsed > 9_999 {
+///         return Err(HandlerError::reject(format!("sku {parsed} is out of range")));
+///     }
 ///     Ok(())
 /// }
 /// assert!(check("x").unwrap_err().is_retry());
@@ -53,29 +57,29 @@ pub enum FailureKind {
 
 impl HandlerError {
     /// A transient failure: the unit is returned and redelivered after a backoff.
+    ///
+    /// Takes any error (`std::error::Error + Send + Sync`), an `anyhow::Error`, a boxed error, or a
+    /// message (`&str`, `String`).
     pub fn retry<E>(error: E) -> Self
     where
-        E: StdError + Send + Sync + 'static,
+        E: Into<BoxError>,
     {
-        HandlerError { kind: FailureKind::Retry, source: Box::new(error) }
+        HandlerError {
+            kind: FailureKind::Retry,
+            source: error.into(),
+        }
     }
 
-    /// A permanent failure: the unit goes to the dead letter directly.
+    /// A permanent failure: the unit goes to the dead letter directly. Takes what
+    /// [`retry`](Self::retry) takes.
     pub fn reject<E>(error: E) -> Self
     where
-        E: StdError + Send + Sync + 'static,
+        E: Into<BoxError>,
     {
-        HandlerError { kind: FailureKind::Reject, source: Box::new(error) }
-    }
-
-    /// A transient failure described by a message.
-    pub fn retry_msg(message: impl fmt::Display) -> Self {
-        HandlerError { kind: FailureKind::Retry, source: message.to_string().into() }
-    }
-
-    /// A permanent failure described by a message.
-    pub fn reject_msg(message: impl fmt::Display) -> Self {
-        HandlerError { kind: FailureKind::Reject, source: message.to_string().into() }
+        HandlerError {
+            kind: FailureKind::Reject,
+            source: error.into(),
+        }
     }
 
     /// Whether the unit should be returned for redelivery.

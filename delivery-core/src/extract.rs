@@ -133,7 +133,8 @@ impl<S> FromUnit<S> for Option<Stamp> {
 /// A required stamp: a unit without one is malformed.
 impl<S> FromUnit<S> for Stamp {
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
-        unit.stamp().ok_or_else(|| Malformed::new("the unit carries no ordering stamp"))
+        unit.stamp()
+            .ok_or_else(|| Malformed::new("the unit carries no ordering stamp"))
     }
 }
 

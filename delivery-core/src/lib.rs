@@ -36,6 +36,7 @@ pub use consumer::{Consumer, Report};
 pub use disposition::{
     Backoff, DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
+pub use error::BoxError;
 pub use error::{FailureKind, HandlerError};
 pub use extract::{FromUnit, Json, Malformed, State};
 pub use handler::{Handler, IntoOutcome};
@@ -43,12 +44,16 @@ pub use marker::{AckHandle, Clock, Minter};
 pub use transport::{Settle, Source, TransportError};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
+/// The RabbitMQ client, re-exported so its version always matches this crate's.
+#[cfg(feature = "lapin")]
+pub use lapin;
+
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::disposition::Outcome;
     pub use crate::extract::{FromUnit, Malformed};
     pub use crate::handler::{Handler, IntoOutcome};
-    pub use crate::disposition::Outcome;
     pub use crate::marker::probe;
     pub use crate::unit::Unit;
 
@@ -62,15 +67,84 @@ pub mod __private {
     #[inline]
     pub fn assert_extractor<T: FromUnit<S>, S>() {}
 
-    /// The handler's return value as the run's outcome.
-    #[inline]
-    pub fn into_outcome<T: IntoOutcome>(value: T) -> Outcome {
-        value.into_outcome()
-    }
-
     /// Turns a decode failure into the run's outcome.
     #[inline]
     pub fn malformed(error: Malformed) -> Outcome {
         Outcome::Malformed(error.to_string())
+    }
+
+    pub use returned::{CarriesFailure, Returned, ViaBoxError, ViaHandlerError, ViaNothing};
+
+    /// The handler's return value as an outcome, by the first route that applies (autoref
+    /// specialization, resolved at the macro's call site where the type is concrete):
+    /// `(&&Returned::new(value)).outcome()` finds
+    /// 1. `Result<_, E>` with `E: Into<HandlerError>` (any `std::error::Error`, `HandlerError`);
+    /// 2. `Result<_, E>` with `E: Into<BoxError>` (`anyhow::Error`, `Box<dyn Error + Send + Sync>`,
+    ///    a message): a retry;
+    /// 3. anything else: refused with [`CarriesFailure`]'s message.
+    mod returned {
+        use std::cell::Cell;
+
+        use crate::disposition::Outcome;
+        use crate::error::{BoxError, HandlerError};
+        use crate::handler::IntoOutcome;
+
+        pub struct Returned<R>(Cell<Option<R>>);
+
+        impl<R> Returned<R> {
+            #[inline]
+            pub fn new(value: R) -> Self {
+                Returned(Cell::new(Some(value)))
+            }
+
+            #[inline]
+            fn take(&self) -> R {
+                self.0
+                    .take()
+                    .expect("a handler's return value is converted once")
+            }
+        }
+
+        pub trait ViaHandlerError {
+            fn outcome(&self) -> Outcome;
+        }
+        impl<T, E: Into<HandlerError>> ViaHandlerError for &Returned<Result<T, E>> {
+            #[inline]
+            fn outcome(&self) -> Outcome {
+                self.take().into_outcome()
+            }
+        }
+
+        pub trait ViaBoxError {
+            fn outcome(&self) -> Outcome;
+        }
+        impl<T, E: Into<BoxError>> ViaBoxError for &&Returned<Result<T, E>> {
+            #[inline]
+            fn outcome(&self) -> Outcome {
+                self.take().map_err(HandlerError::retry).into_outcome()
+            }
+        }
+
+        /// Nothing implements it: a return type that reaches this route cannot report a failure.
+        #[diagnostic::on_unimplemented(
+            message = "a handler returning `{Self}` cannot report a failure, so a failed unit would be acknowledged (rule 1)",
+            label = "cannot carry a failure",
+            note = "return `Result<_, E>` where `E` is an error: any `std::error::Error + Send + Sync + 'static`, `HandlerError`, `anyhow::Error` or `Box<dyn Error + Send + Sync>`; `?` on an error returns the unit for redelivery, `HandlerError::reject` sends it to the dead letter"
+        )]
+        pub trait CarriesFailure {}
+
+        pub trait ViaNothing<R> {
+            fn outcome(&self) -> Outcome
+            where
+                R: CarriesFailure;
+        }
+        impl<R> ViaNothing<R> for Returned<R> {
+            fn outcome(&self) -> Outcome
+            where
+                R: CarriesFailure,
+            {
+                unreachable!("no type implements CarriesFailure")
+            }
+        }
     }
 }

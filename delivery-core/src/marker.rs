@@ -12,8 +12,9 @@
 //! impl delivery_core::Minter for OrderNumbers {}
 //! ```
 
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::extract::State;
 
@@ -42,19 +43,25 @@ macro_rules! reach {
         impl<T: $marker + ?Sized> $marker for Rc<T> {}
         impl<T: $marker> $marker for State<T> {}
         impl<T: $marker> $marker for Option<T> {}
+        impl<T: $marker + ?Sized> $marker for Mutex<T> {}
+        impl<T: $marker + ?Sized> $marker for RwLock<T> {}
+        impl<T: $marker + ?Sized> $marker for RefCell<T> {}
+        impl<T: $marker> $marker for Cell<T> {}
+        impl<T: $marker + ?Sized> $marker for tokio::sync::Mutex<T> {}
+        impl<T: $marker + ?Sized> $marker for tokio::sync::RwLock<T> {}
     )*};
 }
 reach!(Clock, Minter, AckHandle);
 
 #[cfg(feature = "lapin")]
-impl AckHandle for lapin::acker::Acker {}
+impl AckHandle for lapin::Acker {}
 #[cfg(feature = "lapin")]
 impl AckHandle for lapin::message::Delivery {}
 
 /// Compile-time probes used by `#[consumer]`'s expansion. Not public API.
 ///
 /// Autoref specialization: `(&Probe::<T>::NEW).clock_probe()` finds the method on `Probe<T>`
-/// (which needs `T: Clock`) before the one on `&Probe<T>`, so a clock yields [`IsAClock`], which
+/// (which needs `T: Clock`) before the one on `&Probe<T>`, so a clock yields `ClockParameter<T>`, which
 /// the assertion refuses with the rule's message.
 #[doc(hidden)]
 #[allow(missing_docs, unreachable_pub)]
@@ -69,17 +76,20 @@ pub mod probe {
         pub const NEW: Self = Probe(PhantomData);
     }
 
-    pub struct IsAClock;
-    pub struct IsAMinter;
-    pub struct IsAnAckHandle;
+    /// The probed parameter type `T` is a clock.
+    pub struct ClockParameter<T: ?Sized>(PhantomData<T>);
+    /// The probed parameter type `T` mints ids or randomness.
+    pub struct MinterParameter<T: ?Sized>(PhantomData<T>);
+    /// The probed parameter type `T` can acknowledge.
+    pub struct AckHandleParameter<T: ?Sized>(PhantomData<T>);
     pub struct Allowed;
 
-    pub trait ClockSpecific {
-        fn clock_probe(&self) -> IsAClock {
-            IsAClock
+    pub trait ClockSpecific<T: ?Sized> {
+        fn clock_probe(&self) -> ClockParameter<T> {
+            ClockParameter(PhantomData)
         }
     }
-    impl<T: Clock + ?Sized> ClockSpecific for Probe<T> {}
+    impl<T: Clock + ?Sized> ClockSpecific<T> for Probe<T> {}
     pub trait ClockFallback {
         fn clock_probe(&self) -> Allowed {
             Allowed
@@ -87,12 +97,12 @@ pub mod probe {
     }
     impl<T: ?Sized> ClockFallback for &Probe<T> {}
 
-    pub trait MinterSpecific {
-        fn minter_probe(&self) -> IsAMinter {
-            IsAMinter
+    pub trait MinterSpecific<T: ?Sized> {
+        fn minter_probe(&self) -> MinterParameter<T> {
+            MinterParameter(PhantomData)
         }
     }
-    impl<T: Minter + ?Sized> MinterSpecific for Probe<T> {}
+    impl<T: Minter + ?Sized> MinterSpecific<T> for Probe<T> {}
     pub trait MinterFallback {
         fn minter_probe(&self) -> Allowed {
             Allowed
@@ -100,12 +110,12 @@ pub mod probe {
     }
     impl<T: ?Sized> MinterFallback for &Probe<T> {}
 
-    pub trait AckSpecific {
-        fn ack_probe(&self) -> IsAnAckHandle {
-            IsAnAckHandle
+    pub trait AckSpecific<T: ?Sized> {
+        fn ack_probe(&self) -> AckHandleParameter<T> {
+            AckHandleParameter(PhantomData)
         }
     }
-    impl<T: AckHandle + ?Sized> AckSpecific for Probe<T> {}
+    impl<T: AckHandle + ?Sized> AckSpecific<T> for Probe<T> {}
     pub trait AckFallback {
         fn ack_probe(&self) -> Allowed {
             Allowed

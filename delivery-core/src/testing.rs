@@ -51,23 +51,39 @@ where
         .catch_unwind()
         .await
         .unwrap_or_else(|_| Outcome::Panicked("handler panicked".into()));
-    decide(&outcome, unit.delivery_count(), &RedeliveryPolicy::default(), unit.id())
+    decide(
+        &outcome,
+        unit.delivery_count(),
+        &RedeliveryPolicy::default(),
+        unit.id(),
+    )
 }
 
 /// Delivers `unit` twice — the second time as a redelivery — and asserts that both were
 /// acknowledged and that `observe` (a snapshot of the effect: rows, a map, a counter) saw the same
 /// after each. Panics with what differed otherwise.
-pub async fn assert_redelivery_changes_nothing<H, S, F, Fut, O>(handler: H, state: &S, unit: Unit, mut observe: F)
-where
+pub async fn assert_redelivery_changes_nothing<H, S, F, Fut, O>(
+    handler: H,
+    state: &S,
+    unit: Unit,
+    mut observe: F,
+) where
     H: Handler<S>,
     F: FnMut() -> Fut,
     Fut: Future<Output = O>,
     O: PartialEq + Debug,
 {
     let first = deliver(&handler, state, &unit).await;
-    assert_eq!(first, Disposition::Ack, "the first delivery of unit {} was not applied", unit.id());
+    assert_eq!(
+        first,
+        Disposition::Ack,
+        "the first delivery of unit {} was not applied",
+        unit.id()
+    );
     let after_first = observe().await;
-    let again = unit.clone().with_delivery_count(unit.delivery_count().next());
+    let again = unit
+        .clone()
+        .with_delivery_count(unit.delivery_count().next());
     let second = deliver(&handler, state, &again).await;
     assert_eq!(
         second,
@@ -78,7 +94,8 @@ where
     );
     let after_second = observe().await;
     assert_eq!(
-        after_first, after_second,
+        after_first,
+        after_second,
         "the second delivery of unit {} changed the effect (rule 3): left is after the first delivery, right after the second",
         unit.id()
     );

@@ -22,7 +22,9 @@ pub trait Source: Send + 'static {
     ///
     /// Must be cancel safe: the runtime polls it in a `select!` beside handlers in flight, and a
     /// cancelled call must lose no unit (keep received units in the source until returned).
-    fn receive(&mut self) -> impl Future<Output = Result<Option<(Unit, Self::Handle)>, TransportError>> + Send;
+    fn receive(
+        &mut self,
+    ) -> impl Future<Output = Result<Option<(Unit, Self::Handle)>, TransportError>> + Send;
 
     /// The delivery bound the mechanism itself enforces, declared with the deployment (a quorum
     /// queue's `x-delivery-limit + 1`, a JetStream consumer's `max_deliver`), if it keeps one.
@@ -42,10 +44,10 @@ pub trait Source: Send + 'static {
 /// with the units of a consumer that went away.
 pub trait Settle: Send + 'static {
     /// Carries out `disposition` for `unit`:
-    /// - [`Disposition::Ack`]: acknowledge;
-    /// - [`Disposition::Return`]: hand the unit back so the mechanism delivers it again, no sooner
+    /// - [`Disposition::Ack`] — acknowledge;
+    /// - [`Disposition::Return`] — hand the unit back so the mechanism delivers it again, no sooner
     ///   than `after`, counting the delivery;
-    /// - [`Disposition::DeadLetter`]: move the unit intact — payload, id and headers — to the dead
+    /// - [`Disposition::DeadLetter`] — move the unit intact — payload, id and headers — to the dead
     ///   letter with the reason, source and delivery count recorded, and only once that is
     ///   confirmed, acknowledge it. If the move fails, return the unit instead; never drop it.
     fn settle(
@@ -65,12 +67,20 @@ pub struct TransportError {
 impl TransportError {
     /// A failure while doing `context`, caused by `source`.
     pub fn new(context: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
-        TransportError { context, message: source.to_string(), source: Some(Box::new(source)) }
+        TransportError {
+            context,
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
     }
 
     /// A failure while doing `context`, described by `message`.
     pub fn msg(context: &'static str, message: impl Into<String>) -> Self {
-        TransportError { context, message: message.into(), source: None }
+        TransportError {
+            context,
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// What was being done.
@@ -96,6 +106,8 @@ impl fmt::Display for TransportError {
 
 impl StdError for TransportError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source.as_deref().map(|e| e as &(dyn StdError + 'static))
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
     }
 }

@@ -114,7 +114,12 @@ impl Headers {
         K: Into<String>,
         V: Into<Bytes>,
     {
-        Headers(Arc::new(pairs.into_iter().map(|(k, v)| (k.into(), v.into())).collect()))
+        Headers(Arc::new(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        ))
     }
 
     /// The raw value of a header.

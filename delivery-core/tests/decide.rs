@@ -12,7 +12,8 @@ use proptest::prelude::*;
 fn policy(max: u32) -> RedeliveryPolicy {
     RedeliveryPolicy {
         max_deliveries: NonZeroU32::new(max).unwrap(),
-        backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(30)).without_jitter(),
+        backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(30))
+            .without_jitter(),
     }
 }
 
@@ -24,7 +25,12 @@ enum Expect {
 }
 
 fn check(outcome: Outcome, count: u32, max: u32, expect: Expect) {
-    let got = decide(&outcome, DeliveryCount::new(count), &policy(max), &UnitId::new("u"));
+    let got = decide(
+        &outcome,
+        DeliveryCount::new(count),
+        &policy(max),
+        &UnitId::new("u"),
+    );
     let got = match got {
         Disposition::Ack => Expect::Ack,
         Disposition::Return { after } => Expect::Return(after.as_millis() as u64),
@@ -69,8 +75,15 @@ fn table() {
 
 #[test]
 fn exhausted_reason_names_the_count_and_the_last_error() {
-    let d = decide(&Outcome::Failed("db down".into()), DeliveryCount::new(3), &policy(3), &UnitId::new("u"));
-    let Disposition::DeadLetter(reason) = d else { panic!("{d:?}") };
+    let d = decide(
+        &Outcome::Failed("db down".into()),
+        DeliveryCount::new(3),
+        &policy(3),
+        &UnitId::new("u"),
+    );
+    let Disposition::DeadLetter(reason) = d else {
+        panic!("{d:?}")
+    };
     assert_eq!(reason.detail(), "failed on delivery 3 of 3: db down");
 }
 

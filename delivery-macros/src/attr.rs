@@ -33,7 +33,11 @@ impl Args {
                 set(cx, &meta, &mut args.state, ty)
             } else if meta.path.is_ident("crate") {
                 let value = meta.value()?;
-                let path = if value.peek(LitStr) { value.parse::<LitStr>()?.parse()? } else { value.parse()? };
+                let path = if value.peek(LitStr) {
+                    value.parse::<LitStr>()?.parse()?
+                } else {
+                    value.parse()?
+                };
                 set(cx, &meta, &mut args.krate, path)
             } else {
                 Err(meta.error(format!("unknown argument; expected one of {KEYS}")))
@@ -46,9 +50,18 @@ impl Args {
     }
 }
 
-fn set<T>(cx: &Ctxt, meta: &ParseNestedMeta<'_>, slot: &mut Option<T>, value: T) -> syn::Result<()> {
+fn set<T>(
+    cx: &Ctxt,
+    meta: &ParseNestedMeta<'_>,
+    slot: &mut Option<T>,
+    value: T,
+) -> syn::Result<()> {
     if slot.is_some() {
-        let name = meta.path.get_ident().map(ToString::to_string).unwrap_or_default();
+        let name = meta
+            .path
+            .get_ident()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         cx.error_spanned_by(&meta.path, format!("duplicate argument `{name}`"));
     } else {
         *slot = Some(value);

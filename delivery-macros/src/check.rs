@@ -25,7 +25,7 @@ impl Forbidden {
             ),
             Forbidden::Minter => format!(
                 "a handler must not take an id minter or a random source (`{name}`): every delivery would create a new record (rule 3)\n\
-                 help: derive ids from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(namespace, unit_id)`"
+                 help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
             ),
             Forbidden::AckHandle => format!(
                 "a handler must not take an acknowledgement handle (`{name}`): the runtime acknowledges after the effect (rule 1)\n\
@@ -43,7 +43,7 @@ impl Forbidden {
             ),
             Forbidden::Minter => format!(
                 "a handler must not mint ids or randomness (`{call}`): every delivery would create a new record (rule 3)\n\
-                 help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(namespace, unit_id.as_str().as_bytes())`"
+                 help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
             ),
             Forbidden::AckHandle => unreachable!("acknowledgement is found by type, not by call"),
         }
@@ -55,10 +55,15 @@ fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
     let last = segments.last()?.as_str();
     let in_path = |name: &str| segments.iter().any(|s| s == name);
     match last {
-        "SystemTime" | "Instant" | "Utc" | "Local" | "OffsetDateTime" | "Zoned" | "Clock" => Some(Forbidden::Clock),
-        "Timestamp" if in_path("jiff") || segments.len() == 1 => Some(Forbidden::Clock),
-        "ThreadRng" | "StdRng" | "SmallRng" | "OsRng" | "ChaCha8Rng" | "ChaCha12Rng" | "ChaCha20Rng" | "Rng"
-        | "RngCore" | "CryptoRng" | "TryRngCore" | "Minter" => Some(Forbidden::Minter),
+        "SystemTime" | "Instant" | "Utc" | "Local" | "OffsetDateTime" | "Zoned" | "Clock" => {
+            Some(Forbidden::Clock)
+        }
+        // A bare `Timestamp` is too often a user's own value type (or extractor) to refuse.
+        "Timestamp" if in_path("jiff") => Some(Forbidden::Clock),
+        "ThreadRng" | "StdRng" | "SmallRng" | "OsRng" | "ChaCha8Rng" | "ChaCha12Rng"
+        | "ChaCha20Rng" | "Rng" | "RngCore" | "CryptoRng" | "TryRngCore" | "Minter" => {
+            Some(Forbidden::Minter)
+        }
         "Generator" if in_path("ulid") => Some(Forbidden::Minter),
         "ContextV7" | "Context" if in_path("uuid") => Some(Forbidden::Minter),
         "Acker" | "MemoryHandle" | "Settle" => Some(Forbidden::AckHandle),
@@ -90,16 +95,33 @@ fn find_forbidden_type(ty: &Type, allow_clock: bool) -> Option<(Forbidden, Token
         Type::Paren(p) => find_forbidden_type(&p.elem, allow_clock),
         Type::Group(g) => find_forbidden_type(&g.elem, allow_clock),
         Type::Ptr(p) => find_forbidden_type(&p.elem, allow_clock),
+        Type::Array(a) => find_forbidden_type(&a.elem, allow_clock),
+        Type::Slice(a) => find_forbidden_type(&a.elem, allow_clock),
+        Type::Tuple(t) => t
+            .elems
+            .iter()
+            .find_map(|elem| find_forbidden_type(elem, allow_clock)),
         Type::Path(path) => {
-            let segments: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
+            let segments: Vec<String> = path
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
             if let Some(kind) = forbidden_type(&segments).filter(|k| allowed(*k)) {
-                return Some((kind, path.to_token_stream(), path.path.segments.last()?.ident.to_string()));
+                return Some((
+                    kind,
+                    path.to_token_stream(),
+                    path.path.segments.last()?.ident.to_string(),
+                ));
             }
             let last = path.path.segments.last()?;
             if !WRAPPERS.contains(&last.ident.to_string().as_str()) {
                 return None;
             }
-            let PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+            let PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
             args.args.iter().find_map(|arg| match arg {
                 GenericArgument::Type(inner) => find_forbidden_type(inner, allow_clock),
                 _ => None,
@@ -116,8 +138,15 @@ fn bounds(
     allow_clock: bool,
 ) -> Option<(Forbidden, TokenStream, String)> {
     bounds.iter().find_map(|bound| {
-        let TypeParamBound::Trait(t) = bound else { return None };
-        let segments: Vec<String> = t.path.segments.iter().map(|s| s.ident.to_string()).collect();
+        let TypeParamBound::Trait(t) = bound else {
+            return None;
+        };
+        let segments: Vec<String> = t
+            .path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
         let kind = forbidden_type(&segments)?;
         if allow_clock && kind == Forbidden::Clock {
             return None;
@@ -140,6 +169,17 @@ const CLOCK_CALLS: &[(&str, &str)] = &[
     ("Zoned", "now"),
 ];
 
+/// Types whose every associated call above reads the clock, for renamed imports.
+const CLOCK_TYPES: &[&str] = &[
+    "SystemTime",
+    "Instant",
+    "Utc",
+    "Local",
+    "OffsetDateTime",
+    "Timestamp",
+    "Zoned",
+];
+
 /// Calls that mint ids or randomness.
 const MINT_CALLS: &[(&str, &str)] = &[
     ("Uuid", "new_v4"),
@@ -148,18 +188,26 @@ const MINT_CALLS: &[(&str, &str)] = &[
     ("Uuid", "now_v7"),
     ("Ulid", "new"),
     ("Ulid", "generate"),
-    ("rand", "random"),
-    ("rand", "rng"),
     ("StdRng", "from_entropy"),
     ("SmallRng", "from_entropy"),
     ("StdRng", "from_os_rng"),
     ("SmallRng", "from_os_rng"),
     ("ChaCha20Rng", "from_entropy"),
     ("ChaCha20Rng", "from_os_rng"),
-    ("getrandom", "getrandom"),
-    ("getrandom", "fill"),
-    ("fastrand", "u64"),
-    ("fastrand", "u32"),
+];
+
+/// Crates whose free functions all mint randomness (`rand::random_range`, `fastrand::u64`,
+/// `getrandom::fill`); `rand::` is limited to its free functions, not its traits and types.
+const MINT_CRATES: &[&str] = &["fastrand", "getrandom"];
+const RAND_FUNCTIONS: &[&str] = &[
+    "random",
+    "random_range",
+    "random_bool",
+    "random_ratio",
+    "random_iter",
+    "rng",
+    "thread_rng",
+    "fill",
 ];
 
 /// Names that mint wherever they appear: `thread_rng()` imported bare, `OsRng`, `nanoid!`.
@@ -168,29 +216,32 @@ const MINT_MACROS: &[&str] = &["nanoid"];
 
 /// Scans a body's tokens — every nested block, closure, async block and macro call's tokens — for
 /// clock reads and id mints. Reports each one on its tokens.
+///
+/// A limit of any token scan: a clock type renamed by a `use` outside the function (`use
+/// std::time::SystemTime as Wall;` at the top of the module) is not seen; the same rename inside
+/// the body is.
 pub(crate) fn body(tokens: TokenStream, allow_clock: bool, cx: &Ctxt) {
+    let mut renamed = Vec::new();
+    collect_renames(tokens.clone(), &mut renamed);
+    scan(tokens, allow_clock, &renamed, cx);
+}
+
+/// `use ...::SystemTime as Wall;` inside the body: `Wall` is then a clock type too.
+fn collect_renames(tokens: TokenStream, renamed: &mut Vec<(String, String)>) {
     let tokens: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, token) in tokens.iter().enumerate() {
         match token {
-            TokenTree::Group(group) => body(group.stream(), allow_clock, cx),
-            TokenTree::Ident(first) => {
-                let first_name = first.to_string();
-                if let Some(second) = path_continuation(&tokens[i + 1..]) {
-                    let pair = (first_name.as_str(), second.to_string());
-                    let matches = |list: &[(&str, &str)]| list.iter().any(|(a, b)| *a == pair.0 && *b == pair.1);
-                    let call = format!("{}::{}", pair.0, pair.1);
-                    if matches(CLOCK_CALLS) && !allow_clock {
-                        report(cx, first.span(), second.span(), Forbidden::Clock.call_message(&call));
-                    } else if matches(MINT_CALLS) {
-                        report(cx, first.span(), second.span(), Forbidden::Minter.call_message(&call));
+            TokenTree::Group(group) => collect_renames(group.stream(), renamed),
+            TokenTree::Ident(original) => {
+                if let [TokenTree::Ident(as_kw), TokenTree::Ident(alias), ..] = &tokens[i + 1..] {
+                    let original = original.to_string();
+                    if as_kw == "as"
+                        && (CLOCK_TYPES.contains(&original.as_str())
+                            || original == "Uuid"
+                            || original == "Ulid")
+                    {
+                        renamed.push((alias.to_string(), original));
                     }
-                }
-                if MINT_NAMES.contains(&first_name.as_str()) {
-                    report(cx, first.span(), first.span(), Forbidden::Minter.call_message(&first_name));
-                }
-                let is_macro = matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!');
-                if is_macro && MINT_MACROS.contains(&first_name.as_str()) {
-                    report(cx, first.span(), first.span(), Forbidden::Minter.call_message(&format!("{first_name}!")));
                 }
             }
             _ => {}
@@ -198,12 +249,95 @@ pub(crate) fn body(tokens: TokenStream, allow_clock: bool, cx: &Ctxt) {
     }
 }
 
-/// `:: ident` (with optional turbofish-free spacing) after an identifier.
+fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx: &Ctxt) {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            TokenTree::Group(group) => scan(group.stream(), allow_clock, renamed, cx),
+            TokenTree::Ident(first) => {
+                let written = first.to_string();
+                let first_name = renamed
+                    .iter()
+                    .find(|(alias, _)| *alias == written)
+                    .map_or(written.clone(), |(_, original)| original.clone());
+                if let Some(second) = path_continuation(&tokens[i + 1..]) {
+                    let second_name = second.to_string();
+                    let pair = (first_name.as_str(), second_name.as_str());
+                    let listed = |list: &[(&str, &str)]| list.iter().any(|(a, b)| (*a, *b) == pair);
+                    let call = format!("{written}::{second_name}");
+                    let mints = listed(MINT_CALLS)
+                        || (MINT_CRATES.contains(&pair.0)
+                            && pair.1.starts_with(|c: char| c.is_lowercase()))
+                        || (pair.0 == "rand" && RAND_FUNCTIONS.contains(&pair.1));
+                    if listed(CLOCK_CALLS) && !allow_clock {
+                        report(
+                            cx,
+                            first.span(),
+                            second.span(),
+                            Forbidden::Clock.call_message(&call),
+                        );
+                    } else if mints {
+                        report(
+                            cx,
+                            first.span(),
+                            second.span(),
+                            Forbidden::Minter.call_message(&call),
+                        );
+                    }
+                }
+                // `UNIX_EPOCH.elapsed()`: the time since the epoch, read now.
+                if written == "UNIX_EPOCH"
+                    && !allow_clock
+                    && let [TokenTree::Punct(dot), TokenTree::Ident(method), ..] = &tokens[i + 1..]
+                    && dot.as_char() == '.'
+                    && method == "elapsed"
+                {
+                    let call = "UNIX_EPOCH.elapsed".to_owned();
+                    report(
+                        cx,
+                        first.span(),
+                        method.span(),
+                        Forbidden::Clock.call_message(&call),
+                    );
+                }
+                if MINT_NAMES.contains(&written.as_str()) {
+                    report(
+                        cx,
+                        first.span(),
+                        first.span(),
+                        Forbidden::Minter.call_message(&written),
+                    );
+                }
+                let is_macro =
+                    matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!');
+                if is_macro && MINT_MACROS.contains(&written.as_str()) {
+                    report(
+                        cx,
+                        first.span(),
+                        first.span(),
+                        Forbidden::Minter.call_message(&format!("{written}!")),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The `ident` of `:: ident` after an identifier, or of `> :: ident` (a qualified path such as
+/// `<SystemTime>::now`).
 fn path_continuation(rest: &[TokenTree]) -> Option<&proc_macro2::Ident> {
+    let rest = match rest {
+        [TokenTree::Punct(gt), tail @ ..] if gt.as_char() == '>' => tail,
+        _ => rest,
+    };
     match rest {
-        [TokenTree::Punct(a), TokenTree::Punct(b), TokenTree::Ident(ident), ..]
-            if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':' =>
-        {
+        [
+            TokenTree::Punct(a),
+            TokenTree::Punct(b),
+            TokenTree::Ident(ident),
+            ..,
+        ] if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':' => {
             Some(ident)
         }
         _ => None,
@@ -219,7 +353,11 @@ fn report(cx: &Ctxt, start: Span, end: Span, message: String) {
 
 /// The return type: a handler that cannot report a failure swallows it (rule 1). Returns the type
 /// to check at the type level when the tokens cannot tell.
-pub(crate) fn return_type<'a>(output: &'a ReturnType, name: &syn::Ident, cx: &Ctxt) -> Option<&'a Type> {
+pub(crate) fn return_type<'a>(
+    output: &'a ReturnType,
+    name: &syn::Ident,
+    cx: &Ctxt,
+) -> Option<&'a Type> {
     let ty = match output {
         ReturnType::Default => {
             cx.error_spanned_by(
@@ -235,14 +373,32 @@ pub(crate) fn return_type<'a>(output: &'a ReturnType, name: &syn::Ident, cx: &Ct
     };
     let cannot_fail = match &**ty {
         Type::Tuple(_) | Type::Never(_) => true,
-        Type::Path(p) => p.qself.is_none()
-            && p.path.get_ident().is_some_and(|i| {
-                matches!(
-                    i.to_string().as_str(),
-                    "bool" | "u8" | "u16" | "u32" | "u64" | "u128" | "usize" | "i8" | "i16" | "i32" | "i64" | "i128"
-                        | "isize" | "f32" | "f64" | "char" | "str" | "String"
-                )
-            }),
+        Type::Path(p) => {
+            p.qself.is_none()
+                && p.path.get_ident().is_some_and(|i| {
+                    matches!(
+                        i.to_string().as_str(),
+                        "bool"
+                            | "u8"
+                            | "u16"
+                            | "u32"
+                            | "u64"
+                            | "u128"
+                            | "usize"
+                            | "i8"
+                            | "i16"
+                            | "i32"
+                            | "i64"
+                            | "i128"
+                            | "isize"
+                            | "f32"
+                            | "f64"
+                            | "char"
+                            | "str"
+                            | "String"
+                    )
+                })
+        }
         _ => false,
     };
     if cannot_fail {

@@ -1,12 +1,11 @@
 //! `#[consumer]`: parse -> check -> expand.
 //!
-//! The annotated `async fn` becomes a unit struct of the same name implementing
-//! `Handler<S>`; the function as written stays callable as `name::handle(..)`.
+//! The annotated `async fn` becomes a unit struct of the same name implementing `Handler<S>`; the
+//! function as written stays callable as `name::handle(..)`.
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote, quote_spanned};
-use syn::spanned::Spanned;
-use syn::{FnArg, GenericArgument, ItemFn, PathArguments, Type};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::{Attribute, FnArg, GenericArgument, ItemFn, PathArguments, Type};
 
 use crate::attr::Args;
 use crate::check;
@@ -19,77 +18,112 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             let error = syn::Error::new(
                 error.span(),
                 format!("#[consumer] goes on an `async fn` handler: {error}"),
-            );
-            let error = error.to_compile_error();
+            )
+            .to_compile_error();
             return quote!(#item #error);
         }
     };
     let cx = Ctxt::new();
     let args = Args::parse(attr, &cx);
-    let checked = check_signature(&function, &args, &cx);
-    if let Err(errors) = cx.check() {
-        // Keep the function so an IDE still knows it, plus every error.
-        return quote! {
+    let shape_ok = check_shape(&function, &cx);
+    let checked = shape_ok.then(|| check_signature(&function, &args, &cx));
+    let errors = cx.check().err();
+    match checked {
+        // The function cannot become a handler at all: keep it as written so an IDE still knows
+        // it, plus every error.
+        None => quote! {
             #[allow(dead_code)]
             #function
             #errors
-        };
+        },
+        // Errors, if any, are reported; the handler type is still generated (with the checks that
+        // still apply) so the places that use it raise no second, misleading error.
+        Some(checked) => {
+            let expansion = expand_checked(&function, &args, &checked, errors.is_some());
+            quote!(#expansion #errors)
+        }
     }
-    expand_checked(&function, &args, &checked)
 }
 
 /// What the checks learned, for the expansion.
 struct Checked {
-    params: Vec<Type>,
+    params: Vec<Param>,
     state: Option<Type>,
+    /// The return type, when its tokens passed the check.
     output: Option<Type>,
+}
+
+struct Param {
+    ty: Type,
+    /// Whether the token-level checks passed; the type-level ones are emitted only then.
+    ok: bool,
+}
+
+/// What makes a function unusable as a handler, whatever its types.
+fn check_shape(function: &ItemFn, cx: &Ctxt) -> bool {
+    let sig = &function.sig;
+    let mut ok = true;
+    if sig.asyncness.is_none() {
+        cx.error_spanned_by(sig.fn_token, "a consumer handler must be an `async fn`");
+        ok = false;
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        cx.error_spanned_by(
+            &sig.generics,
+            "a consumer handler cannot be generic: name the concrete types it takes",
+        );
+        ok = false;
+    }
+    if let Some(variadic) = &sig.variadic {
+        cx.error_spanned_by(variadic, "a consumer handler cannot be variadic");
+        ok = false;
+    }
+    for input in &sig.inputs {
+        if let FnArg::Receiver(receiver) = input {
+            cx.error_spanned_by(receiver, "a consumer handler is a free function; take the state as `State<S>` instead of `self`");
+            ok = false;
+        }
+    }
+    ok
 }
 
 fn check_signature(function: &ItemFn, args: &Args, cx: &Ctxt) -> Checked {
     let sig = &function.sig;
     let allow_clock = args.allow_clock.is_some();
-    if sig.asyncness.is_none() {
-        cx.error_spanned_by(sig.fn_token, "a consumer handler must be an `async fn`");
-    }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        cx.error_spanned_by(&sig.generics, "a consumer handler cannot be generic: name the concrete types it takes");
-    }
-    if let Some(variadic) = &sig.variadic {
-        cx.error_spanned_by(variadic, "a consumer handler cannot be variadic");
-    }
     let mut params = Vec::new();
     let mut state = args.state.clone();
     let mut state_from_param = false;
     for input in &sig.inputs {
-        match input {
-            FnArg::Receiver(receiver) => {
-                cx.error_spanned_by(receiver, "a consumer handler is a free function; take the state as `State<S>` instead of `self`");
-            }
-            FnArg::Typed(typed) => {
-                check::param_type(&typed.ty, allow_clock, cx);
-                if let Some(inner) = state_param(&typed.ty) {
-                    match &state {
-                        Some(_) if state_from_param => cx.error_spanned_by(
-                            &typed.ty,
-                            "a handler takes its shared state once: put everything it needs in one state type",
-                        ),
-                        Some(_) => cx.error_spanned_by(
-                            &typed.ty,
-                            "the state type is given twice: by `state = ..` and by this `State<..>` parameter; keep one",
-                        ),
-                        None => {
-                            state = Some(inner.clone());
-                            state_from_param = true;
-                        }
-                    }
+        let FnArg::Typed(typed) = input else { continue };
+        let ok = check::param_type(&typed.ty, allow_clock, cx);
+        if let Some(inner) = state_param(&typed.ty) {
+            match &state {
+                Some(_) if state_from_param => cx.error_spanned_by(
+                    &typed.ty,
+                    "a handler takes its shared state once: put everything it needs in one state type",
+                ),
+                Some(_) => cx.error_spanned_by(
+                    &typed.ty,
+                    "the state type is given twice: by `state = ..` and by this `State<..>` parameter; keep one",
+                ),
+                None => {
+                    state = Some(inner.clone());
+                    state_from_param = true;
                 }
-                params.push((*typed.ty).clone());
             }
         }
+        params.push(Param {
+            ty: (*typed.ty).clone(),
+            ok,
+        });
     }
-    check::body(function.block.to_token_stream_inner(), allow_clock, cx);
+    check::body(function.block.to_token_stream(), allow_clock, cx);
     let output = check::return_type(&sig.output, &sig.ident, cx).cloned();
-    Checked { params, state, output }
+    Checked {
+        params,
+        state,
+        output,
+    }
 }
 
 /// `T` of a `State<T>` parameter.
@@ -99,92 +133,248 @@ fn state_param(ty: &Type) -> Option<&Type> {
     if last.ident != "State" {
         return None;
     }
-    let PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
     match args.args.first()? {
         GenericArgument::Type(inner) => Some(inner),
         _ => None,
     }
 }
 
-trait BlockTokens {
-    fn to_token_stream_inner(&self) -> TokenStream;
+/// The first and last token spans of `tokens`: an error on an expression built with them covers
+/// the whole of the user's tokens, not only the first (a joined span is not available on stable).
+fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
+    let mut iter = tokens.to_token_stream().into_iter();
+    let first = iter.next().map_or_else(Span::call_site, |t| t.span());
+    let last = iter.last().map_or(first, |t| t.span());
+    (first, last)
 }
 
-impl BlockTokens for syn::Block {
-    fn to_token_stream_inner(&self) -> TokenStream {
-        quote::ToTokens::to_token_stream(self)
+/// `path(argument)`, spanned so that an error on the call or on its argument covers `start..end`.
+fn call_spanning(start: Span, end: Span, path: TokenStream, argument: TokenStream) -> TokenStream {
+    let mut args = Group::new(Delimiter::Parenthesis, expr_spanning(start, end, argument));
+    args.set_span(end);
+    let mut call = respan(path, start);
+    call.extend([TokenTree::Group(args)]);
+    call
+}
+
+/// `tokens` with every span `start` but the last token's, `end`: rustc reports an error on the
+/// expression from the first token to the last, so it covers the user's tokens.
+fn expr_spanning(start: Span, end: Span, tokens: TokenStream) -> TokenStream {
+    let mut tokens: Vec<TokenTree> = respan(tokens, start).into_iter().collect();
+    if let Some(last) = tokens.last_mut() {
+        last.set_span(end);
     }
+    tokens.into_iter().collect()
 }
 
-fn expand_checked(function: &ItemFn, args: &Args, checked: &Checked) -> TokenStream {
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
+}
+
+/// Attributes by where they belong: docs on the type and the function, `cfg` on every generated
+/// item, everything else (`allow`, `inline`, `tracing::instrument`, ...) on the function.
+struct Attrs<'a> {
+    docs: Vec<&'a Attribute>,
+    cfgs: Vec<&'a Attribute>,
+    other: Vec<&'a Attribute>,
+}
+
+fn sort_attrs(attrs: &[Attribute]) -> Attrs<'_> {
+    let mut sorted = Attrs {
+        docs: Vec::new(),
+        cfgs: Vec::new(),
+        other: Vec::new(),
+    };
+    for attr in attrs {
+        if attr.path().is_ident("doc") {
+            sorted.docs.push(attr);
+        } else if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
+            sorted.cfgs.push(attr);
+        } else {
+            sorted.other.push(attr);
+        }
+    }
+    sorted
+}
+
+fn expand_checked(
+    function: &ItemFn,
+    args: &Args,
+    checked: &Checked,
+    has_errors: bool,
+) -> TokenStream {
     let krate = match &args.krate {
         Some(path) => quote!(#path),
         None => quote!(::delivery),
     };
     let private = quote!(#krate::__private);
-    let ItemFn { attrs, vis, sig, block } = function;
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let Attrs { docs, cfgs, other } = sort_attrs(attrs);
     let name = &sig.ident;
     let inputs = &sig.inputs;
     let output = &sig.output;
 
     // The state the parameters are resolved against: the `State<T>` parameter's `T`, `state = T`,
     // or any state at all when the handler takes none.
-    let (impl_generics, state_ty) = match &checked.state {
-        Some(ty) => (quote!(), quote!(#ty)),
-        None => (quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>), quote!(__DeliveryState)),
+    let (impl_generics, state_ty, where_clause) = match &checked.state {
+        Some(ty) => (quote!(), quote!(#ty), quote!()),
+        None => {
+            let bounds = checked.params.iter().map(|p| {
+                let ty = &p.ty;
+                quote!(#ty: #private::FromUnit<__DeliveryState>,)
+            });
+            (
+                quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>),
+                quote!(__DeliveryState),
+                quote!(where #(#bounds)*),
+            )
+        }
     };
-    let generic_bounds = if checked.state.is_none() {
-        let bounds = checked.params.iter().map(|ty| quote!(#ty: #private::FromUnit<__DeliveryState>,));
-        quote!(where #(#bounds)*)
-    } else {
-        quote!()
-    };
+    let check_state = checked
+        .state
+        .as_ref()
+        .map_or_else(|| quote!(()), |ty| quote!(#ty));
 
     // Each parameter: not a clock (unless declared safe), not a minter, not an acknowledgement
-    // handle — by type, which sees through aliases and wrappers. With a concrete state, whether it
-    // is an extractor is checked by the `extract` call in the impl below, spanned the same way.
-    let param_checks = checked.params.iter().map(|ty| {
-        let span = ty.span();
-        let probe = quote_spanned!(span=> (&#private::probe::Probe::<#ty>::NEW));
-        let clock = args.allow_clock.is_none().then(|| quote_spanned! {span=>
-            #private::probe::assert_not_clock(#probe.clock_probe());
+    // handle — by type, which sees through aliases and wrappers. Whether it is an extractor is
+    // checked here when the impl below does not (a generic state, or errors already found).
+    let param_checks = checked.params.iter().filter(|p| p.ok).map(|p| {
+        let ty = &p.ty;
+        let (start, end) = span_range(ty);
+        let probe = |method: &str| {
+            let method = format_ident!("{}", method);
+            quote!((&#private::probe::Probe::<#ty>::NEW).#method())
+        };
+        let clock = args.allow_clock.is_none().then(|| {
+            let call = call_spanning(
+                start,
+                end,
+                quote!(#private::probe::assert_not_clock),
+                probe("clock_probe"),
+            );
+            quote!(#call;)
         });
-        let extractor = checked.state.is_none().then(|| quote_spanned! {span=>
-            #private::assert_extractor::<#ty, ()>();
-        });
-        quote_spanned! {span=>
+        let minter = call_spanning(
+            start,
+            end,
+            quote!(#private::probe::assert_not_minter),
+            probe("minter_probe"),
+        );
+        let ack = call_spanning(
+            start,
+            end,
+            quote!(#private::probe::assert_not_ack_handle),
+            probe("ack_probe"),
+        );
+        let extractor = (checked.state.is_none() || has_errors)
+            .then(|| quote_spanned!(start=> #private::assert_extractor::<#ty, #check_state>();));
+        quote! {
             #clock
-            #private::probe::assert_not_minter(#probe.minter_probe());
-            #private::probe::assert_not_ack_handle(#probe.ack_probe());
+            #minter;
+            #ack;
             #extractor
         }
     });
-    let output_span = checked.output.as_ref().map_or_else(|| name.span(), |ty| ty.span());
 
-    let bindings: Vec<_> = (0..checked.params.len()).map(|i| format_ident!("__delivery_arg{}", i)).collect();
-    let extracts = checked.params.iter().map(|ty| {
-        quote_spanned!(ty.span()=> #private::extract::<#ty, #state_ty>(__delivery_unit, __delivery_state)?)
+    // The return value's conversion, in one place, spanned to the return type: a type that cannot
+    // report a failure is refused here.
+    let outcome_fn = checked.output.as_ref().map(|ty| {
+        let (start, end) = span_range(ty);
+        let convert = call_spanning(
+            start,
+            end,
+            quote!(#private::Returned::new),
+            quote!(__delivery_returned),
+        );
+        let convert = expr_spanning(start, end, quote!((&&#convert).outcome()));
+        quote! {
+            #[allow(dead_code)]
+            fn __delivery_outcome(__delivery_returned: #ty) -> #private::Outcome {
+                use #private::{ViaBoxError as _, ViaHandlerError as _, ViaNothing as _};
+                #convert
+            }
+        }
     });
 
-    let into_outcome = quote_spanned!(output_span=> #private::into_outcome(__delivery_returned));
+    let call_body = if has_errors || checked.output.is_none() {
+        // Never runs: the build fails on the errors above. It keeps the type usable meanwhile.
+        quote!(async { ::core::unreachable!("#[consumer] reported errors") })
+    } else {
+        let bindings: Vec<_> = (0..checked.params.len())
+            .map(|i| format_ident!("__delivery_arg{}", i))
+            .collect();
+        let extracts = checked.params.iter().map(|p| {
+            let ty = &p.ty;
+            let (start, end) = span_range(ty);
+            let path = quote!(#private::extract::<#ty, #state_ty>);
+            let call = call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state));
+            quote!(#call?)
+        });
+        quote! {
+            let __delivery_args = (|| -> ::core::result::Result<_, #private::Malformed> {
+                ::core::result::Result::Ok((#(#extracts,)*))
+            })();
+            async move {
+                match __delivery_args {
+                    ::core::result::Result::Ok((#(#bindings,)*)) => {
+                        __delivery_outcome(#name::handle(#(#bindings),*).await)
+                    }
+                    ::core::result::Result::Err(__delivery_error) => #private::malformed(__delivery_error),
+                }
+            }
+        }
+    };
+
     let clock_doc = args.allow_clock.as_ref().map(|reason| {
-        let text = format!(" Reads the clock by a recorded exception: {}", reason.value());
+        let text = format!(
+            " Reads the clock by a recorded exception: {}",
+            reason.value()
+        );
         quote!(#[doc = ""] #[doc = #text])
     });
-    let handle_doc = format!(" The handler `{name}` as written. Call it directly in tests; the runtime calls it through `Handler`.");
+    let handle_doc = format!(
+        " The handler `{name}` as written. Call it directly in tests; the runtime calls it through `Handler`."
+    );
 
     quote! {
-        #(#attrs)*
+        #(#cfgs)*
+        #(#docs)*
         #clock_doc
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
         #vis struct #name;
 
+        #(#cfgs)*
         impl #name {
+            #(#docs)*
+            #[doc = ""]
             #[doc = #handle_doc]
+            #[allow(clippy::unused_async, clippy::missing_errors_doc)]
+            #(#other)*
             #vis async fn handle(#inputs) #output #block
         }
 
+        #(#cfgs)*
         const _: () = {
             use #private::probe::{AckFallback as _, AckSpecific as _, ClockFallback as _, ClockSpecific as _, MinterFallback as _, MinterSpecific as _};
 
@@ -193,24 +383,15 @@ fn expand_checked(function: &ItemFn, args: &Args, checked: &Checked) -> TokenStr
                 #(#param_checks)*
             }
 
-            impl #impl_generics #private::Handler<#state_ty> for #name #generic_bounds {
+            #outcome_fn
+
+            impl #impl_generics #private::Handler<#state_ty> for #name #where_clause {
                 fn call(
                     &self,
                     __delivery_unit: &#private::Unit,
                     __delivery_state: &#state_ty,
                 ) -> impl ::core::future::Future<Output = #private::Outcome> + ::core::marker::Send + 'static {
-                    let __delivery_args = (|| -> ::core::result::Result<_, #private::Malformed> {
-                        ::core::result::Result::Ok((#(#extracts,)*))
-                    })();
-                    async move {
-                        match __delivery_args {
-                            ::core::result::Result::Ok((#(#bindings,)*)) => {
-                                let __delivery_returned = #name::handle(#(#bindings),*).await;
-                                #into_outcome
-                            }
-                            ::core::result::Result::Err(__delivery_error) => #private::malformed(__delivery_error),
-                        }
-                    }
+                    #call_body
                 }
             }
         };

@@ -13,7 +13,9 @@ pub(crate) struct Ctxt {
 
 impl Ctxt {
     pub(crate) fn new() -> Self {
-        Ctxt { errors: RefCell::new(Some(Vec::new())) }
+        Ctxt {
+            errors: RefCell::new(Some(Vec::new())),
+        }
     }
 
     /// An error spanning `tokens`.
@@ -22,7 +24,11 @@ impl Ctxt {
     }
 
     pub(crate) fn push(&self, error: syn::Error) {
-        self.errors.borrow_mut().as_mut().expect("Ctxt checked twice").push(error);
+        self.errors
+            .borrow_mut()
+            .as_mut()
+            .expect("Ctxt checked twice")
+            .push(error);
     }
 
     /// Ends collection: `Err` with all errors combined, if there were any.

@@ -142,7 +142,10 @@ impl<Src: Source, S> Consumer<Src, S> {
             .flatten()
             .min()
             .unwrap_or(RedeliveryPolicy::DEFAULT_MAX_DELIVERIES);
-        RedeliveryPolicy { max_deliveries, backoff: self.backoff.clone() }
+        RedeliveryPolicy {
+            max_deliveries,
+            backoff: self.backoff.clone(),
+        }
     }
 
     /// Runs `handler` until the shutdown signal or the end of the source, and reports what it did.

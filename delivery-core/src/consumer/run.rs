@@ -36,7 +36,14 @@ where
     H: Handler<S>,
 {
     let policy = consumer.policy();
-    let Consumer { mut source, state, concurrency, shutdown, drain_deadline, .. } = consumer;
+    let Consumer {
+        mut source,
+        state,
+        concurrency,
+        shutdown,
+        drain_deadline,
+        ..
+    } = consumer;
     let counters = Counters::new(source.name());
     let abandon = CancellationToken::new();
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
@@ -45,8 +52,12 @@ where
     let mut receive_failures = 0u32;
     let mut since_shutdown_check = 0u32;
 
-    tracing::info!(source = source.name(), max_deliveries = policy.max_deliveries.get(), concurrency,
-        "consumer started");
+    tracing::info!(
+        source = source.name(),
+        max_deliveries = policy.max_deliveries.get(),
+        concurrency,
+        "consumer started"
+    );
     loop {
         // While units keep coming the shutdown signal is looked at every 32 of them; when the loop
         // waits, the `select!` below watches it.
@@ -57,7 +68,11 @@ where
                 break;
             }
         }
-        let ready = if inflight.is_empty() { poll_once(pin!(source.receive())).await } else { Poll::Pending };
+        let ready = if inflight.is_empty() {
+            poll_once(pin!(source.receive())).await
+        } else {
+            Poll::Pending
+        };
         let received = match ready {
             Poll::Ready(received) => received,
             Poll::Pending => match tokio::select! {
@@ -92,7 +107,9 @@ where
         if concurrency == 1 {
             // One unit at a time: run it right here. The shutdown signal still starts the drain
             // deadline for it. (Built in place: the future is a few hundred bytes.)
-            let mut unit_run = pin!(process(unit, handle, &handler, &state, &policy, &abandon, &counters));
+            let mut unit_run = pin!(process(
+                unit, handle, &handler, &state, &policy, &abandon, &counters
+            ));
             let settled = match poll_once(unit_run.as_mut()).await {
                 Poll::Ready(settled) => settled,
                 Poll::Pending => tokio::select! {
@@ -110,7 +127,9 @@ where
         // Several at once: a unit whose handler completes on the first poll (every malformed one,
         // many fast ones) never joins the set in flight; the rest are polled there with a real
         // waker.
-        let mut unit_run = Box::pin(process(unit, handle, &handler, &state, &policy, &abandon, &counters));
+        let mut unit_run = Box::pin(process(
+            unit, handle, &handler, &state, &policy, &abandon, &counters,
+        ));
         match poll_once(unit_run.as_mut()).await {
             Poll::Ready(settled) => count(&mut report, settled),
             Poll::Pending => inflight.push(unit_run),
@@ -119,7 +138,11 @@ where
 
     // Shutdown: nothing new is received; what is in flight gets the drain deadline, then is
     // returned (each `process` settles its own unit when abandoned).
-    tracing::info!(source = source.name(), in_flight = inflight.len(), "consumer stopping");
+    tracing::info!(
+        source = source.name(),
+        in_flight = inflight.len(),
+        "consumer stopping"
+    );
     let deadline = tokio::time::sleep(drain_deadline);
     let mut deadline = pin!(deadline);
     let mut abandoned = false;

@@ -31,9 +31,7 @@ pub(crate) struct Counters {
 
 impl Counters {
     pub(crate) fn new(source: &str) -> Self {
-        let dead = |reason: ReasonKind| {
-            metrics::counter!("delivery_dead_lettered_total", "source" => source.to_owned(), "reason" => reason.as_str())
-        };
+        let dead = |reason: ReasonKind| metrics::counter!("delivery_dead_lettered_total", "source" => source.to_owned(), "reason" => reason.as_str());
         Counters {
             acked: metrics::counter!("delivery_acked_total", "source" => source.to_owned()),
             returned: metrics::counter!("delivery_returned_total", "source" => source.to_owned()),
@@ -64,14 +62,25 @@ pub(crate) async fn apply<H: Settle>(
     match disposition {
         Disposition::Ack => {
             counters.acked.increment(1);
-            tracing::debug!(unit.id = id, delivery_count = count, disposition = "ack", "unit applied");
+            tracing::debug!(
+                unit.id = id,
+                delivery_count = count,
+                disposition = "ack",
+                "unit applied"
+            );
             Settled::Acked
         }
         Disposition::Return { after } => {
             counters.returned.increment(1);
             let error = failure_text(outcome);
-            tracing::warn!(unit.id = id, delivery_count = count, disposition = "return",
-                backoff_ms = duration_ms(*after), error, "unit failed; returned for redelivery");
+            tracing::warn!(
+                unit.id = id,
+                delivery_count = count,
+                disposition = "return",
+                backoff_ms = duration_ms(*after),
+                error,
+                "unit failed; returned for redelivery"
+            );
             Settled::Returned
         }
         Disposition::DeadLetter(reason) => {
@@ -81,8 +90,14 @@ pub(crate) async fn apply<H: Settle>(
                 ReasonKind::Exhausted => &counters.exhausted,
             }
             .increment(1);
-            tracing::error!(unit.id = id, delivery_count = count, disposition = "dead-letter",
-                reason = reason.kind().as_str(), detail = reason.detail(), "unit moved to the dead letter");
+            tracing::error!(
+                unit.id = id,
+                delivery_count = count,
+                disposition = "dead-letter",
+                reason = reason.kind().as_str(),
+                detail = reason.detail(),
+                "unit moved to the dead letter"
+            );
             Settled::DeadLettered
         }
     }
@@ -91,7 +106,10 @@ pub(crate) async fn apply<H: Settle>(
 fn failure_text(outcome: &Outcome) -> &str {
     match outcome {
         Outcome::Applied => "",
-        Outcome::Failed(e) | Outcome::Panicked(e) | Outcome::Rejected(e) | Outcome::Malformed(e) => e,
+        Outcome::Failed(e)
+        | Outcome::Panicked(e)
+        | Outcome::Rejected(e)
+        | Outcome::Malformed(e) => e,
     }
 }
 

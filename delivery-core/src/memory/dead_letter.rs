@@ -29,7 +29,11 @@ impl fmt::Display for DeadLetter {
             id = self.unit.id(),
             source = self.source,
             count = self.delivery_count,
-            ies = if self.delivery_count.get() == 1 { "y" } else { "ies" },
+            ies = if self.delivery_count.get() == 1 {
+                "y"
+            } else {
+                "ies"
+            },
             reason = self.reason,
             payload = String::from_utf8_lossy(self.unit.payload()),
         )
@@ -39,7 +43,10 @@ impl fmt::Display for DeadLetter {
 fn read(entry: &Entry) -> Option<DeadLetter> {
     let dead = entry.dead.as_ref()?;
     Some(DeadLetter {
-        unit: entry.unit.clone().with_headers(dead.original_headers.clone()),
+        unit: entry
+            .unit
+            .clone()
+            .with_headers(dead.original_headers.clone()),
         reason: dead.reason.clone(),
         source: dead.source.to_string(),
         delivery_count: dead.delivery_count,
@@ -66,7 +73,11 @@ impl DeadLetters {
     /// Every unit in the dead letter, oldest first.
     pub fn list(&self) -> Vec<DeadLetter> {
         let mut state = self.shared.lock();
-        state.dead_letter_queue(&self.source).ready_entries().filter_map(read).collect()
+        state
+            .dead_letter_queue(&self.source)
+            .ready_entries()
+            .filter_map(read)
+            .collect()
     }
 
     /// How many units the dead letter holds.
@@ -82,7 +93,11 @@ impl DeadLetters {
     /// The dead-lettered unit with `id`, without removing it.
     pub fn peek(&self, id: &str) -> Option<DeadLetter> {
         let mut state = self.shared.lock();
-        state.dead_letter_queue(&self.source).ready_entries().filter_map(read).find(|d| d.unit.id().as_str() == id)
+        state
+            .dead_letter_queue(&self.source)
+            .ready_entries()
+            .filter_map(read)
+            .find(|d| d.unit.id().as_str() == id)
     }
 
     /// Moves the units with `id` back to the queue they came from, under the same id, with their
@@ -116,6 +131,8 @@ impl DeadLetters {
 
 impl fmt::Debug for DeadLetters {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DeadLetters").field("source", &self.source).finish()
+        f.debug_struct("DeadLetters")
+            .field("source", &self.source)
+            .finish()
     }
 }

@@ -68,7 +68,10 @@ impl QueueConfig {
 impl Default for QueueConfig {
     /// Five deliveries, dead letter `<queue>.dead-letter`.
     fn default() -> Self {
-        QueueConfig { max_deliveries: crate::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES, dead_letter: None }
+        QueueConfig {
+            max_deliveries: crate::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
+            dead_letter: None,
+        }
     }
 }
 
@@ -113,7 +116,9 @@ impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves the queues consistent (every mutation is a single
         // move), so a poisoned lock is still safe to use.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -121,7 +126,8 @@ impl State {
     pub(crate) fn queue(&mut self, name: &str) -> &mut Queue {
         if !self.queues.contains_key(name) {
             let name: Arc<str> = name.into();
-            self.queues.insert(name.clone(), Queue::new(name, QueueConfig::default()));
+            self.queues
+                .insert(name.clone(), Queue::new(name, QueueConfig::default()));
         }
         self.queues.get_mut(name).expect("declared above")
     }
@@ -173,7 +179,10 @@ impl MemoryBroker {
     /// Publishes `unit` to `queue`. Its delivery count starts afresh; publishing the same id twice
     /// delivers it twice, as any broker does.
     pub fn publish(&self, queue: &str, unit: Unit) {
-        self.inner.lock().queue(queue).push_ready(queue::Entry::fresh(unit));
+        self.inner
+            .lock()
+            .queue(queue)
+            .push_ready(queue::Entry::fresh(unit));
     }
 
     /// A consumer of `queue`, taking up to `prefetch` units at a time (see [`MemorySource`]).

@@ -39,7 +39,11 @@ pub(crate) struct Dead {
 
 impl Entry {
     pub(crate) fn fresh(unit: Unit) -> Self {
-        Entry { unit: unit.with_delivery_count(DeliveryCount::FIRST), deliveries: 0, dead: None }
+        Entry {
+            unit: unit.with_delivery_count(DeliveryCount::FIRST),
+            deliveries: 0,
+            dead: None,
+        }
     }
 
     /// The same unit, moved to a dead letter: payload and id intact, reason recorded.
@@ -55,7 +59,12 @@ impl Entry {
         Entry {
             unit,
             deliveries: 0,
-            dead: Some(Dead { reason, source, delivery_count: count, original_headers }),
+            dead: Some(Dead {
+                reason,
+                source,
+                delivery_count: count,
+                original_headers,
+            }),
         }
     }
 }
@@ -137,9 +146,13 @@ impl Queue {
     /// Hands up to `max` ready units to `consumer`, counting each delivery.
     pub(crate) fn take(&mut self, consumer: u64, max: usize, out: &mut VecDeque<(Unit, u64)>) {
         while out.len() < max {
-            let Some(mut entry) = self.ready.pop_front() else { break };
+            let Some(mut entry) = self.ready.pop_front() else {
+                break;
+            };
             entry.deliveries += 1;
-            entry.unit = entry.unit.with_delivery_count(DeliveryCount::new(entry.deliveries));
+            entry.unit = entry
+                .unit
+                .with_delivery_count(DeliveryCount::new(entry.deliveries));
             self.next_tag += 1;
             let tag = self.next_tag;
             out.push_back((entry.unit.clone(), tag));
@@ -181,7 +194,11 @@ impl Queue {
         let mut taken = Vec::new();
         let mut kept = VecDeque::with_capacity(self.ready.len());
         for entry in self.ready.drain(..) {
-            if pred(&entry) { taken.push(entry) } else { kept.push_back(entry) }
+            if pred(&entry) {
+                taken.push(entry)
+            } else {
+                kept.push_back(entry)
+            }
         }
         self.ready = kept;
         if !taken.is_empty() {

@@ -36,7 +36,15 @@ impl MemorySource {
             let q = state.queue(&queue);
             (q.changed(), q.config().delivery_bound())
         };
-        MemorySource { shared, queue, consumer, prefetch: 32, bound, buffer: VecDeque::new(), changed }
+        MemorySource {
+            shared,
+            queue,
+            consumer,
+            prefetch: 32,
+            bound,
+            buffer: VecDeque::new(),
+            changed,
+        }
     }
 
     /// How many units to take from the queue at once (at least 1).
@@ -46,7 +54,12 @@ impl MemorySource {
     }
 
     fn handle(&self, tag: u64) -> MemoryHandle {
-        MemoryHandle { shared: self.shared.clone(), queue: self.queue.clone(), tag, settled: false }
+        MemoryHandle {
+            shared: self.shared.clone(),
+            queue: self.queue.clone(),
+            tag,
+            settled: false,
+        }
     }
 }
 
@@ -119,7 +132,10 @@ pub struct MemoryHandle {
 
 impl std::fmt::Debug for MemoryHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryHandle").field("queue", &self.queue).field("tag", &self.tag).finish()
+        f.debug_struct("MemoryHandle")
+            .field("queue", &self.queue)
+            .field("tag", &self.tag)
+            .finish()
     }
 }
 
@@ -166,7 +182,11 @@ impl MemoryHandle {
 }
 
 impl Settle for MemoryHandle {
-    async fn settle(mut self, _unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
+    async fn settle(
+        mut self,
+        _unit: &Unit,
+        disposition: &Disposition,
+    ) -> Result<(), TransportError> {
         self.apply(disposition)
     }
 }

@@ -1,4 +1,4 @@
-// Rule 3 (acknowledgement handle parameter), reach: behind a type alias, caught by the type.
+// Rule 1 (acknowledgement handle parameter), reach: behind a type alias, caught by the type.
 use delivery::{HandlerError, Json, consumer};
 
 type Ack = delivery::memory::MemoryHandle;

@@ -1,4 +1,4 @@
-// Rule 3 (acknowledgement handle parameter): the in-memory broker's own delivery handle.
+// Rule 1 (acknowledgement handle parameter): the in-memory broker's own delivery handle.
 use delivery::{HandlerError, Json, consumer};
 
 #[consumer]

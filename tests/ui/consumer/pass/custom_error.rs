@@ -49,7 +49,7 @@ async fn reserve(Json(request): Json<Reserve>) -> Result<(), HandlerError> {
     validate(&request).map_err(HandlerError::reject)?; // dead letter, no redelivery
     let in_stock = available(&request.sku)?; // `?`: retry after a backoff
     if in_stock < request.quantity {
-        return Err(HandlerError::reject_msg("not enough stock"));
+        return Err(HandlerError::reject("not enough stock"));
     }
     Ok(())
 }

@@ -43,12 +43,12 @@ pub async fn record_order(
     Json(order): Json<OrderPlaced>,
 ) -> Result<(), HandlerError> {
     if order.amount_cents == 0 {
-        return Err(HandlerError::reject_msg(format!("{unit_id}: zero amount")));
+        return Err(HandlerError::reject(format!("{unit_id}: zero amount")));
     }
     let mut totals = app
         .totals
         .lock()
-        .map_err(|_| HandlerError::retry_msg("state poisoned"))?;
+        .map_err(|_| HandlerError::retry("state poisoned"))?;
     let previous = totals.insert(order.order_id, order.amount_cents);
     debug_assert!(previous.is_none() || count.is_redelivery());
     Ok(())

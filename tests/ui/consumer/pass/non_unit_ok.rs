@@ -14,7 +14,7 @@ async fn total(Json(invoice): Json<Invoice>) -> Result<u64, HandlerError> {
         .lines
         .iter()
         .try_fold(0_u64, |sum, line| sum.checked_add(*line))
-        .ok_or_else(|| HandlerError::reject_msg("invoice total overflows"))
+        .ok_or_else(|| HandlerError::reject("invoice total overflows"))
 }
 
 #[tokio::main(flavor = "current_thread")]

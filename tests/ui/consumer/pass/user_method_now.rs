@@ -32,7 +32,7 @@ async fn on_tick(
     let now = tick.at;
     let slot = schedule
         .now(now)
-        .ok_or_else(|| HandlerError::reject_msg(format!("no slot at {now}")))?;
+        .ok_or_else(|| HandlerError::reject(format!("no slot at {now}")))?;
     let _ = slot;
     Ok(())
 }

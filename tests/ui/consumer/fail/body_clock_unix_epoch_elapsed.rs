@@ -1,6 +1,4 @@
-// PENDING (miss). Should FAIL: `UNIX_EPOCH.elapsed()` reads the clock (it is `SystemTime::now()
-// .duration_since(UNIX_EPOCH)`), the usual idiom for "seconds since the epoch". Not in
-// CLOCK_CALLS; `.elapsed()` on `UNIX_EPOCH` / `SystemTime::UNIX_EPOCH` could be added.
+// Rule 3: `UNIX_EPOCH.elapsed()` reads the clock (`SystemTime::now()` since the epoch).
 use delivery::{HandlerError, Json, consumer};
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,6 +1,4 @@
-// PENDING (miss). Should FAIL: the clock read through a qualified path, `<SystemTime>::now()`
-// (tokens `< SystemTime > :: now`: the scan only matches `Ident :: Ident`). Also
-// `<std::time::Instant>::now()`.
+// Rule 3: a clock read through a qualified path, `<SystemTime>::now()`.
 use delivery::{HandlerError, Json, consumer};
 use std::time::SystemTime;
 

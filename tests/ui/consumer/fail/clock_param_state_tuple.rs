@@ -1,6 +1,4 @@
-// PENDING (miss, beyond the listed reach — decide). A clock inside a tuple state,
-// `State<(u32, SystemTime)>`, compiles: neither the token check (`Type::Tuple` is not descended)
-// nor the marker traits (no tuple impls) look inside tuples (or arrays, slices).
+// Rule 3: a clock inside a tuple state, `State<(u32, SystemTime)>`.
 use delivery::{HandlerError, Json, State, consumer};
 use std::time::SystemTime;
 

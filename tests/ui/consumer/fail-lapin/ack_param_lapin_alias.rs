@@ -1,7 +1,5 @@
-// Rule 3 (acknowledgement handle parameter), reach: lapin's `Acker` behind a type alias and an
+// Rule 1 (acknowledgement handle parameter), reach: lapin's `Acker` behind a type alias and an
 // `Option`, caught by the type. Needs the `lapin` feature.
-// PENDING: `lapin` is not nameable from a test crate (it is a dependency of delivery-core only);
-// written against a re-export `delivery::lapin`. Move to `fail-lapin/` once it exists.
 use delivery::lapin;
 use delivery::{HandlerError, Json, consumer};
 

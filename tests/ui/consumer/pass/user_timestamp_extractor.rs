@@ -1,8 +1,5 @@
-// PENDING (false positive). Should PASS: the user's own extractor named `Timestamp` reads the
-// producer's time from a header — deterministic, the same on every delivery. The token check
-// refuses any single-segment type named `Timestamp` as a clock (check.rs `forbidden_type`:
-// `"Timestamp" if in_path("jiff") || segments.len() == 1`). jiff's `Timestamp` is a value, not a
-// clock, anyway; `Timestamp::now()` in the body is what reads the clock, and that is caught.
+// A user's own extractor named `Timestamp`, read from a header, is deterministic and allowed: a
+// bare `Timestamp` is not taken for jiff's (and `Timestamp::now()` in a body is still refused).
 use delivery::memory::MemoryBroker;
 use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, Unit, consumer};
 
