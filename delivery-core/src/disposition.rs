@@ -227,6 +227,7 @@ impl Default for Backoff {
 ///     other => panic!("{other:?}"),
 /// }
 /// ```
+#[inline]
 pub fn decide(
     outcome: &Outcome,
     count: DeliveryCount,

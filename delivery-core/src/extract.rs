@@ -84,6 +84,7 @@ impl<T: DeserializeOwned, S> FromUnit<S> for Json<T> {
 }
 
 /// Decodes a JSON payload, naming what was wrong with it.
+#[inline]
 pub(crate) fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Malformed> {
     if payload.is_empty() {
         return Err(Malformed::new("empty payload"));

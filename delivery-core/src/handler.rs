@@ -39,6 +39,7 @@ impl<T, E> IntoOutcome for Result<T, E>
 where
     E: Into<HandlerError>,
 {
+    #[inline]
     fn into_outcome(self) -> Outcome {
         match self {
             Ok(_) => Outcome::Applied,

@@ -12,6 +12,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::CatchUnwind;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
@@ -105,23 +106,45 @@ where
         };
         receive_failures = 0;
         if concurrency == 1 {
-            // One unit at a time: run it right here. The shutdown signal still starts the drain
-            // deadline for it. (Built in place: the future is a few hundred bytes.)
-            let mut unit_run = pin!(process(
-                unit, handle, &handler, &state, &policy, &abandon, &counters
-            ));
-            let settled = match poll_once(unit_run.as_mut()).await {
-                Poll::Ready(settled) => settled,
-                Poll::Pending => tokio::select! {
-                    biased;
-                    settled = &mut unit_run => settled,
-                    () = &mut shutdown => {
-                        count(&mut report, drain_one(unit_run, drain_deadline, &abandon).await);
-                        break;
+            // One unit at a time, run right here without a future of its own. The shutdown signal
+            // still starts the drain deadline for a handler that is waiting.
+            let mut stopping = false;
+            let outcome = match start(&handler, &unit, &state) {
+                Err(panicked) => panicked,
+                Ok(call) => {
+                    let mut call = pin!(call);
+                    let result = match poll_once(call.as_mut()).await {
+                        Poll::Ready(result) => Some(result),
+                        Poll::Pending => tokio::select! {
+                            biased;
+                            result = &mut call => Some(result),
+                            () = &mut shutdown => {
+                                stopping = true;
+                                tokio::select! {
+                                    result = &mut call => Some(result),
+                                    () = tokio::time::sleep(drain_deadline) => None,
+                                }
+                            }
+                        },
+                    };
+                    match result {
+                        Some(result) => outcome_of(result),
+                        None => {
+                            let settled = abandoned(handle, &unit, &counters).await;
+                            count(&mut report, settled);
+                            break;
+                        }
                     }
-                },
+                }
             };
-            count(&mut report, settled);
+            let disposition = decide(&outcome, unit.delivery_count(), &policy, unit.id());
+            count(
+                &mut report,
+                settle::apply(handle, &unit, &outcome, &disposition, &counters).await,
+            );
+            if stopping {
+                break;
+            }
             continue;
         }
         // Several at once: a unit whose handler completes on the first poll (every malformed one,
@@ -169,21 +192,6 @@ async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
     poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
-/// The drain of the one unit a consumer of concurrency 1 holds at shutdown.
-async fn drain_one(
-    mut unit_run: Pin<&mut impl Future<Output = Settled>>,
-    deadline: Duration,
-    abandon: &CancellationToken,
-) -> Settled {
-    tokio::select! {
-        settled = &mut unit_run => settled,
-        () = tokio::time::sleep(deadline) => {
-            abandon.cancel();
-            unit_run.await
-        }
-    }
-}
-
 fn count(report: &mut Report, settled: Settled) {
     match settled {
         Settled::Acked => report.acked += 1,
@@ -193,7 +201,38 @@ fn count(report: &mut Report, settled: Settled) {
     }
 }
 
-/// One unit: run the handler (a panic is a failure), decide, settle.
+/// The handler's future, or the outcome of a panic while resolving its parameters (extractors
+/// are user code too). Its own panics are caught by the `CatchUnwind` around it.
+#[allow(clippy::type_complexity)]
+#[inline]
+fn start<S, H: Handler<S>>(
+    handler: &H,
+    unit: &Unit,
+    state: &S,
+) -> Result<CatchUnwind<AssertUnwindSafe<impl Future<Output = Outcome>>>, Outcome> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(unit, state))) {
+        Ok(call) => Ok(AssertUnwindSafe(call).catch_unwind()),
+        Err(panic) => Err(Outcome::Panicked(panic_message(&*panic))),
+    }
+}
+
+#[inline]
+fn outcome_of(result: std::thread::Result<Outcome>) -> Outcome {
+    result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic)))
+}
+
+/// A unit whose handler was still running at the drain deadline: returned at once, never
+/// acknowledged.
+async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Settled {
+    let outcome = Outcome::Failed("unfinished at shutdown".into());
+    let returned = Disposition::Return {
+        after: Duration::ZERO,
+    };
+    settle::apply(handle, unit, &outcome, &returned, counters).await
+}
+
+/// One unit of a consumer running several at once: run the handler (a panic is a failure),
+/// decide, settle.
 async fn process<S, H, L>(
     unit: Unit,
     handle: L,
@@ -207,26 +246,20 @@ where
     H: Handler<S>,
     L: Settle,
 {
-    // Resolving the parameters runs user code (extractors) too: a panic there is a failure as well.
-    let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(&unit, state))) {
-        Err(panic) => Outcome::Panicked(panic_message(&*panic)),
+    let outcome = match start(handler, &unit, state) {
+        Err(panicked) => panicked,
         Ok(call) => {
-            let mut call = pin!(AssertUnwindSafe(call).catch_unwind());
+            let mut call = pin!(call);
             let result = match poll_once(call.as_mut()).await {
                 Poll::Ready(result) => result,
                 // Still running: from now on the drain deadline may abandon it.
                 Poll::Pending => tokio::select! {
                     biased;
                     result = call => result,
-                    () = abandon.cancelled() => {
-                        // Unfinished at the drain deadline: returned at once, never acknowledged.
-                        let outcome = Outcome::Failed("unfinished at shutdown".into());
-                        let returned = Disposition::Return { after: Duration::ZERO };
-                        return settle::apply(handle, &unit, &outcome, &returned, counters).await;
-                    }
+                    () = abandon.cancelled() => return abandoned(handle, &unit, counters).await,
                 },
             };
-            result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic)))
+            outcome_of(result)
         }
     };
     let disposition = decide(&outcome, unit.delivery_count(), policy, unit.id());

@@ -6,7 +6,7 @@ use std::time::Duration;
 use metrics::Counter;
 
 use crate::disposition::{Disposition, Outcome, ReasonKind};
-use crate::transport::Settle;
+use crate::transport::{Settle, TransportError};
 use crate::unit::Unit;
 
 /// How one unit ended, for the run's [`Report`](super::Report).
@@ -51,9 +51,22 @@ pub(crate) async fn apply<H: Settle>(
     disposition: &Disposition,
     counters: &Counters,
 ) -> Settled {
+    let result = handle.settle(unit, disposition).await;
+    record(result, unit, outcome, disposition, counters)
+}
+
+/// Logs the disposition once and counts it.
+#[inline]
+fn record(
+    result: Result<(), TransportError>,
+    unit: &Unit,
+    outcome: &Outcome,
+    disposition: &Disposition,
+    counters: &Counters,
+) -> Settled {
     let id = unit.id().as_str();
     let count = unit.delivery_count().get();
-    if let Err(error) = handle.settle(unit, disposition).await {
+    if let Err(error) = result {
         counters.settle_failed.increment(1);
         tracing::error!(unit.id = id, delivery_count = count, ?disposition, %error,
             "could not settle the unit; the broker will deliver it again");
