@@ -121,9 +121,19 @@ pub use delivery_core::*;
 /// Deterministic derivations stay allowed: `Uuid::new_v5(ns, unit_id)`, times parsed from the
 /// payload, `tokio::time::sleep`, a method named `now` on your own value.
 ///
+/// The body is checked by its tokens: a clock type renamed by a `use` inside the body is seen, one
+/// renamed at module level (`use std::time::SystemTime as Wall;`) is not. Parameters are checked
+/// by their types too, which sees through aliases and wrappers.
+///
+/// The return type may carry any error: `?` on a `std::error::Error`, an `anyhow::Error` or a
+/// `Box<dyn Error + Send + Sync>` returns the unit for redelivery; `HandlerError::reject(e)` sends
+/// it to the dead letter.
+///
 /// # Arguments
 /// - `allow_clock = "why"`: a recorded exception for a clock read that writes nothing (a latency
-///   metric). The reason is required and appears in the handler's documentation.
+///   metric). The reason is required and appears in the handler's documentation. It covers the
+///   handler's clock wherever it comes from: a read in the body, or a clock in its state (the
+///   testable way to time a metric). Minters and acknowledgement handles stay refused.
 /// - `state = Type`: the shared state, when no `State<T>` parameter names it (for your own
 ///   extractors that read it).
 /// - `crate = path`: where `delivery` is, when renamed or re-exported.
@@ -154,3 +164,147 @@ pub use delivery_core::*;
 /// ```
 /// (plus the compile-time checks, which is why you should not write it by hand).
 pub use delivery_macros::consumer;
+
+/// Turns an `async fn` into an axum webhook handler that verifies each delivery over its raw body
+/// before anything parses it (rule 5), then runs the function and answers with the status that
+/// tells the sender whether to deliver again. Feature `axum`.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use axum::Router;
+/// use delivery::{HandlerError, Json, State, UnitId, webhook};
+///
+/// #[derive(Clone, Default)]
+/// struct App { paid: Arc<Mutex<HashMap<String, u64>>> }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Event { r#type: String, data: Data }
+/// #[derive(serde::Deserialize)]
+/// struct Data { object: Invoice }
+/// #[derive(serde::Deserialize)]
+/// struct Invoice { id: String, amount_paid: u64 }
+///
+/// #[webhook(scheme = stripe, secret = env("STRIPE_WEBHOOK_SECRET"))]
+/// async fn stripe_events(
+///     State(app): State<App>,
+///     event_id: UnitId, // Stripe's event id: the same on every delivery of the event
+///     Json(event): Json<Event>,
+/// ) -> Result<(), HandlerError> {
+///     if event.r#type != "invoice.paid" {
+///         return Ok(()); // not ours: acknowledged, never retried
+///     }
+///     let invoice = event.data.object;
+///     // Keyed by the invoice's id: a redelivery changes nothing (rule 3).
+///     app.paid.lock().unwrap().entry(invoice.id).or_insert(invoice.amount_paid);
+///     let _ = event_id;
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # unsafe { std::env::set_var("STRIPE_WEBHOOK_SECRET", "whsec_test_secret") };
+/// let app = App::default();
+/// let router = Router::new()
+///     // The verifier is built here: an unset STRIPE_WEBHOOK_SECRET fails now, by name.
+///     .route("/webhooks/stripe", delivery::webhook::route(stripe_events, &app)?)
+///     .with_state(app.clone());
+///
+/// // A delivery signed as Stripe signs it...
+/// # use hmac::Mac as _;
+/// # use tower::ServiceExt as _;
+/// let body = r#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1","amount_paid":990}}}"#;
+/// let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+/// let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"whsec_test_secret")?;
+/// mac.update(format!("{t}.{body}").as_bytes());
+/// let signature = format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()));
+/// let request = |signature: &str| {
+///     axum::http::Request::post("/webhooks/stripe")
+///         .header("stripe-signature", signature)
+///         .body(axum::body::Body::from(body))
+/// };
+/// let answer = router.clone().oneshot(request(&signature)?).await?;
+/// assert_eq!(answer.status(), 200);
+///
+/// // ...and a forgery, which never reaches the function.
+/// let forged = signature.replace("v1=", "v1=0");
+/// let answer = router.oneshot(request(&forged)?).await?;
+/// assert_eq!(answer.status(), 401);
+/// assert_eq!(app.paid.lock().unwrap().len(), 1);
+/// # Ok(()) }
+/// ```
+///
+/// The generated handler takes the raw body and headers, applies the body limit, verifies the
+/// signature (and the signed timestamp, where the scheme has one), and only then decodes the
+/// parameters and calls the function.
+///
+/// | what happened | status | the sender |
+/// |---|---|---|
+/// | the function returned `Ok` — applied now, or already applied by an earlier delivery | `200` | stops |
+/// | signature missing, malformed or wrong; timestamp outside the tolerance | `401` | stops: nothing ran, and no retry turns it into a success |
+/// | body over `max_body` | `413` | stops |
+/// | verified, but the payload does not decode into the parameters | `400` | stops |
+/// | the function returned [`HandlerError::reject`] | `422` | stops |
+/// | the function failed (`?`, [`HandlerError::retry`]) or panicked | `503` | delivers again |
+/// | no usable secret (only when routed with plain `post`, see below) | `500` | delivers again |
+///
+/// Each outcome is logged once with `tracing`, under the function's name; a secret never appears
+/// in a log line, an error or a diagnostic.
+///
+/// # Arguments
+/// - `scheme = ..` (required): `github`, `stripe`, `standard_webhooks`, `slack` or `shopify`, each
+///   exactly as its provider signs ([`webhook::Scheme`]).
+/// - `secret = ..` (required), never written in the source:
+///   - `env("VAR")`: read from the environment when the verifier is built;
+///   - `|s: &App| s.webhook_secret.clone()`: taken from the state (any `T: FromRef<RouterState>`);
+///     the closure returns a `String`, `&'static str`, [`webhook::Secret`], an `Option` of one, or a
+///     `Vec` of them ([`webhook::IntoSecrets`]);
+///   - a list, for a rotation — a delivery signed with any of them verifies:
+///     `secret = [env("WEBHOOK_SECRET"), env("WEBHOOK_SECRET_PREVIOUS")]`. Every listed variable
+///     must be set; a secret that may be absent comes from the state as an `Option`.
+/// - `max_body = bytes`: the largest body accepted (default 1 MiB), checked by `Content-Length`
+///   and while reading, before any hashing.
+/// - `tolerance_secs = seconds`: how far a signed timestamp may be from the clock, either way
+///   (default 300).
+/// - `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`].
+///
+/// # Parameters
+/// The extractors of [`consumer`], resolved from the verified delivery:
+/// [`Json<T>`] decodes the verified body; [`State<S>`] is the handler's state, taken from the
+/// router's state by `FromRef` as axum's own `State` is; [`UnitId`] is the delivery's id —
+/// Standard Webhooks `webhook-id`, GitHub `X-GitHub-Delivery`, Shopify `X-Shopify-Webhook-Id`,
+/// Stripe's event `id`, Slack's `event_id` ([`webhook::Verifier::unit_id`]), or, when the delivery
+/// carries none, `sha256:<hex>` of the verified body; [`Headers`] are the request's headers;
+/// [`Unit`] holds the verified bytes. HTTP senders send no delivery count, so [`DeliveryCount`] is
+/// always 1.
+///
+/// # Startup
+/// [`webhook::route(handler, &state)`](webhook::route) builds the verifier when the router is
+/// built and returns a [`webhook::WebhookConfigError`] naming the variable that is not set, or the
+/// secret the scheme cannot use: the service fails at startup, not on its first delivery.
+/// `handler::verifier(&state)` performs the same check on its own. The handler is an axum handler
+/// too, so `axum::routing::post(handler)` works as well; the verifier is then built on the first
+/// request (once per process when every secret comes from the environment), and a missing secret
+/// is answered with `500` and logged with the variable's name.
+///
+/// # What does not compile
+/// Everything [`consumer`] refuses (a clock or a minter as a parameter or in the body, an
+/// acknowledgement handle, a return type that cannot fail), and a parameter that reads the body
+/// before it is verified — axum's `Json`, `Form`, `Bytes`, `String`, `Request`, `Body`:
+///
+/// ```compile_fail
+/// # use delivery::{HandlerError, webhook};
+/// # #[derive(serde::Deserialize)] struct Event { id: String }
+/// #[webhook(scheme = github, secret = env("GITHUB_WEBHOOK_SECRET"))]
+/// async fn push(axum::Json(event): axum::Json<Event>) -> Result<(), HandlerError> {
+///     // error: a webhook handler must not take `axum::Json`: it reads the request body before
+///     // its signature is verified (rule 5)
+///     Ok(())
+/// }
+/// ```
+///
+/// A secret written in the source, a missing `secret` or an unknown `scheme` are errors on the
+/// attribute, which list what is accepted.
+#[cfg(feature = "axum")]
+pub use delivery_macros::webhook;

@@ -30,6 +30,8 @@
 //! # }
 //! ```
 
+pub mod conformance;
+
 use std::fmt::Debug;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

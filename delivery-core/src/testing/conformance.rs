@@ -1,0 +1,336 @@
+//! The transport conformance suite: the behaviours every [`Source`] must show under the consumer
+//! runtime, run against a real mechanism through a small [`Fixture`]. The in-memory broker passes
+//! it; so must every transport (RabbitMQ, Redis Streams, NATS, Kafka), unchanged.
+//!
+//! Each check uses its own queue (a name derived from the check and the fixture's prefix), so
+//! checks can run against a shared server and a failed run leaves nothing that breaks the next.
+//!
+//! | check | rule |
+//! |---|---|
+//! | [`acks_after_the_effect`] | 1 |
+//! | [`returns_a_failed_unit`] | 1 |
+//! | [`bounds_redelivery_by_the_mechanisms_count`] | 2 |
+//! | [`dead_letters_poison_directly_and_intact`] | 2 |
+//! | [`a_second_delivery_changes_nothing`] | 3 |
+//! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+use crate::consumer::Consumer;
+use crate::disposition::{Backoff, Outcome, ReasonKind};
+use crate::handler::Handler;
+use crate::transport::Source;
+use crate::unit::{Headers, Unit};
+
+/// A dead-lettered unit, as the fixture reads it back from the mechanism's dead letter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLettered {
+    /// The unit's id.
+    pub id: String,
+    /// The payload as found in the dead letter (must equal the one published).
+    pub payload: Bytes,
+    /// The headers as found, including the reason the transport recorded.
+    pub headers: Headers,
+    /// The reason, as recorded.
+    pub reason: ReasonKind,
+    /// The delivery count recorded with it.
+    pub delivery_count: u32,
+}
+
+/// What the suite needs from a mechanism: declare a queue with a bound and a dead letter, publish,
+/// consume, read the dead letter.
+pub trait Fixture: Send + Sync + 'static {
+    /// The transport under test.
+    type Source: Source;
+
+    /// Declares an empty queue `name` whose units get at most `max_deliveries` deliveries, with its
+    /// dead letter; removes whatever a previous run left under that name.
+    fn declare(&self, name: &str, max_deliveries: u32) -> impl Future<Output = ()> + Send;
+
+    /// Publishes `unit` (id, payload, headers) to `name`, confirmed by the mechanism.
+    fn publish(&self, name: &str, unit: Unit) -> impl Future<Output = ()> + Send;
+
+    /// A consumer of `name`.
+    fn consume(&self, name: &str) -> impl Future<Output = Self::Source> + Send;
+
+    /// Every unit in `name`'s dead letter, without removing them.
+    fn dead_letters(&self, name: &str) -> impl Future<Output = Vec<DeadLettered>> + Send;
+}
+
+/// Runs every check against `fixture`.
+pub async fn run_all<F: Fixture>(fixture: &F) {
+    acks_after_the_effect(fixture).await;
+    returns_a_failed_unit(fixture).await;
+    bounds_redelivery_by_the_mechanisms_count(fixture).await;
+    dead_letters_poison_directly_and_intact(fixture).await;
+    a_second_delivery_changes_nothing(fixture).await;
+    a_crash_between_effect_and_ack_loses_nothing(fixture).await;
+}
+
+/// How long a check waits for its condition before failing.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What a suite unit asks of the handler, in its JSON payload.
+#[derive(Deserialize)]
+struct Script {
+    key: String,
+    value: i64,
+    /// Fail (retry) on deliveries before this one.
+    #[serde(default)]
+    fail_until: u32,
+    /// Refuse the unit for good.
+    #[serde(default)]
+    reject: bool,
+    /// After applying the effect, hang on deliveries before this one (a consumer that dies
+    /// between the effect and the acknowledgement).
+    #[serde(default)]
+    hang_after_effect_until: u32,
+}
+
+fn script(key: &str, value: i64) -> String {
+    format!(r#"{{"key":"{key}","value":{value}}}"#)
+}
+
+/// The suite's effect store and log.
+#[derive(Clone, Default)]
+struct Store {
+    rows: Arc<Mutex<HashMap<String, i64>>>,
+    /// Every handler run: key, delivery count.
+    runs: Arc<Mutex<Vec<(String, u32)>>>,
+    /// Every run that applied its effect, keyed writes that changed something.
+    writes: Arc<Mutex<Vec<String>>>,
+}
+
+impl Store {
+    fn rows(&self) -> HashMap<String, i64> {
+        self.rows.lock().unwrap().clone()
+    }
+    fn runs(&self) -> Vec<(String, u32)> {
+        self.runs.lock().unwrap().clone()
+    }
+    fn runs_of(&self, key: &str) -> Vec<u32> {
+        self.runs().into_iter().filter(|(k, _)| k == key).map(|(_, c)| c).collect()
+    }
+    fn writes(&self) -> Vec<String> {
+        self.writes.lock().unwrap().clone()
+    }
+}
+
+/// The suite's handler: applies `key = value` idempotently, failing or hanging as scripted.
+#[derive(Clone, Copy)]
+struct Scripted;
+
+impl Handler<Store> for Scripted {
+    fn call(&self, unit: &Unit, store: &Store) -> impl Future<Output = Outcome> + Send + 'static {
+        let script = crate::extract::decode_json::<Script>(unit.payload());
+        let count = unit.delivery_count().get();
+        let store = store.clone();
+        async move {
+            let script = match script {
+                Ok(script) => script,
+                Err(malformed) => return Outcome::Malformed(malformed.to_string()),
+            };
+            store.runs.lock().unwrap().push((script.key.clone(), count));
+            if script.reject {
+                return Outcome::Rejected(format!("{} refused", script.key));
+            }
+            if count < script.fail_until {
+                return Outcome::Failed(format!("{} failed on delivery {count}", script.key));
+            }
+            {
+                let mut rows = store.rows.lock().unwrap();
+                if rows.get(&script.key) != Some(&script.value) {
+                    rows.insert(script.key.clone(), script.value);
+                    store.writes.lock().unwrap().push(script.key.clone());
+                }
+            }
+            if count < script.hang_after_effect_until {
+                std::future::pending::<()>().await;
+            }
+            Outcome::Applied
+        }
+    }
+}
+
+/// Runs a consumer of `name` until `done` holds, failing the check after [`PATIENCE`].
+async fn consume_until<F: Fixture>(
+    fixture: &F,
+    name: &str,
+    store: &Store,
+    max_deliveries: u32,
+    check: &str,
+    done: impl Fn(&Store) -> bool + Send + Sync + 'static,
+) {
+    let source = fixture.consume(name).await;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let watcher = {
+        let (store, stop) = (store.clone(), stop.clone());
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            let held = loop {
+                if done(&store) {
+                    break true;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    break false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            stop.notify_one();
+            held
+        })
+    };
+    Consumer::new(source)
+        .state(store.clone())
+        .concurrency(4)
+        .max_deliveries(max_deliveries)
+        .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_millis(50)))
+        .drain_deadline(Duration::from_secs(5))
+        .shutdown_on(async move { stop.notified().await })
+        .run(Scripted)
+        .await;
+    let held = watcher.await.unwrap_or(false);
+    assert!(held, "conformance `{check}`: the condition never held within {PATIENCE:?}; runs: {:?}", store.runs());
+}
+
+fn queue(check: &str) -> String {
+    format!("conformance-{check}")
+}
+
+/// Rule 1: a unit whose handler succeeds is acknowledged, once, after its effect; it is not
+/// delivered again.
+pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
+    let name = queue("ack");
+    fixture.declare(&name, 5).await;
+    for i in 0..20 {
+        fixture.publish(&name, Unit::new(format!("ack-{i}"), script(&format!("k{i}"), i))).await;
+    }
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "acks_after_the_effect", |s| s.rows().len() == 20).await;
+    // A fresh consumer, given half a second, finds nothing to redeliver.
+    let started = tokio::time::Instant::now();
+    consume_until(fixture, &name, &store, 5, "acks_after_the_effect (nothing redelivered)", move |_| {
+        started.elapsed() > Duration::from_millis(500)
+    })
+    .await;
+    assert_eq!(store.runs().len(), 20, "conformance `acks_after_the_effect`: an acknowledged unit came back: {:?}", store.runs());
+    assert!(fixture.dead_letters(&name).await.is_empty());
+}
+
+/// Rule 1: a failed unit is returned and delivered again, with the mechanism's count growing,
+/// then applied.
+pub async fn returns_a_failed_unit<F: Fixture>(fixture: &F) {
+    let name = queue("return");
+    fixture.declare(&name, 5).await;
+    fixture.publish(&name, Unit::new("ret-1", r#"{"key":"r","value":7,"fail_until":3}"#)).await;
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "returns_a_failed_unit", |s| s.rows().contains_key("r")).await;
+    assert_eq!(store.runs_of("r"), [1, 2, 3], "conformance `returns_a_failed_unit`: delivery counts");
+    assert!(fixture.dead_letters(&name).await.is_empty());
+}
+
+/// Rule 2: a unit that always fails is delivered exactly the bound's number of times, counted by
+/// the mechanism across consumer restarts, then dead-lettered intact as exhausted.
+pub async fn bounds_redelivery_by_the_mechanisms_count<F: Fixture>(fixture: &F) {
+    let name = queue("bound");
+    fixture.declare(&name, 3).await;
+    let payload = r#"{"key":"b","value":1,"fail_until":1000}"#;
+    fixture.publish(&name, Unit::new("bound-1", payload)).await;
+    let store = Store::default();
+    // The first consumer sees one failed delivery and stops (a restart)...
+    consume_until(fixture, &name, &store, 3, "bound (first consumer)", |s| !s.runs().is_empty()).await;
+    // ...the next continues the mechanism's count up to the bound.
+    consume_until(fixture, &name, &store, 3, "bounds_redelivery_by_the_mechanisms_count", |s| s.runs().len() >= 3).await;
+    let dead = wait_dead_letters(fixture, &name, 1).await;
+    assert_eq!(store.runs_of("b"), [1, 2, 3], "conformance `bounds_redelivery`: counts seen by handlers");
+    assert_eq!(dead[0].id, "bound-1");
+    assert_eq!(dead[0].payload.as_ref(), payload.as_bytes(), "dead letter intact");
+    assert_eq!(dead[0].reason, ReasonKind::Exhausted);
+    assert_eq!(dead[0].delivery_count, 3);
+}
+
+/// Rule 2: malformed and rejected units go to the dead letter on their first delivery, payload
+/// and headers intact, never through redeliveries.
+pub async fn dead_letters_poison_directly_and_intact<F: Fixture>(fixture: &F) {
+    let name = queue("poison");
+    fixture.declare(&name, 5).await;
+    let headers = Headers::from_pairs([("tenant", "acme"), ("trace", "t-1")]);
+    let malformed: &[u8] = &[0xff, b'{', b'"', 0x00];
+    fixture.publish(&name, Unit::new("poison-bytes", malformed.to_vec()).with_headers(headers.clone())).await;
+    fixture.publish(&name, Unit::new("poison-json", r#"{"key": 1}"#)).await;
+    fixture.publish(&name, Unit::new("refused", r#"{"key":"x","value":1,"reject":true}"#)).await;
+    fixture.publish(&name, Unit::new("fine", script("ok", 1))).await;
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "dead_letters_poison_directly_and_intact", |s| s.rows().contains_key("ok")).await;
+    let dead = wait_dead_letters(fixture, &name, 3).await;
+    let find = |id: &str| dead.iter().find(|d| d.id == id).unwrap_or_else(|| panic!("{id} not in the dead letter: {dead:?}"));
+    let bytes = find("poison-bytes");
+    assert_eq!(bytes.payload.as_ref(), malformed, "payload intact, byte for byte");
+    assert_eq!(bytes.reason, ReasonKind::Malformed);
+    assert_eq!(bytes.delivery_count, 1, "never redelivered");
+    for (name, value) in headers.iter() {
+        assert_eq!(bytes.headers.get(name), Some(value), "header {name} intact");
+    }
+    assert_eq!(find("poison-json").reason, ReasonKind::Malformed);
+    assert_eq!(find("refused").reason, ReasonKind::Rejected);
+    assert_eq!(find("refused").delivery_count, 1);
+    assert_eq!(store.runs_of("x"), [1], "a rejected unit is not redelivered");
+}
+
+/// Rule 3: the same unit delivered twice is applied once.
+pub async fn a_second_delivery_changes_nothing<F: Fixture>(fixture: &F) {
+    let name = queue("twice");
+    fixture.declare(&name, 5).await;
+    for _ in 0..2 {
+        fixture.publish(&name, Unit::new("twice-1", script("t", 42))).await;
+    }
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "a_second_delivery_changes_nothing", |s| s.runs_of("t").len() == 2).await;
+    assert_eq!(store.rows().get("t"), Some(&42));
+    assert_eq!(store.writes(), ["t"], "the second delivery wrote nothing");
+}
+
+/// Rules 1 and 3: a consumer that dies after the effect and before the acknowledgement loses
+/// nothing: the mechanism delivers the unit again, and the idempotent handler changes nothing.
+pub async fn a_crash_between_effect_and_ack_loses_nothing<F: Fixture>(fixture: &F) {
+    let name = queue("crash");
+    fixture.declare(&name, 5).await;
+    fixture.publish(&name, Unit::new("crash-1", r#"{"key":"c","value":9,"hang_after_effect_until":2}"#)).await;
+    let store = Store::default();
+    // The first consumer applies the effect, then hangs before acknowledging; it is killed (its
+    // task dropped with its source and handles) once the effect is there.
+    let source = fixture.consume(&name).await;
+    let crashed = tokio::spawn({
+        let store = store.clone();
+        async move { Consumer::new(source).state(store).concurrency(1).max_deliveries(5).run(Scripted).await }
+    });
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !store.rows().contains_key("c") {
+        assert!(tokio::time::Instant::now() < deadline, "conformance `crash`: the effect never happened");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    crashed.abort();
+    let _ = crashed.await;
+    consume_until(fixture, &name, &store, 5, "a_crash_between_effect_and_ack_loses_nothing", |s| s.runs_of("c").len() >= 2).await;
+    assert_eq!(store.runs_of("c"), [1, 2], "redelivered with the mechanism's count");
+    assert_eq!(store.writes(), ["c"], "the redelivery changed nothing");
+    assert!(fixture.dead_letters(&name).await.is_empty());
+}
+
+async fn wait_dead_letters<F: Fixture>(fixture: &F, name: &str, n: usize) -> Vec<DeadLettered> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let dead = fixture.dead_letters(name).await;
+        if dead.len() >= n {
+            return dead;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "conformance: expected {n} dead letters in {name}, found {dead:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,44 @@
+//! The transport conformance suite against the in-memory broker.
+
+use bytes::Bytes;
+use delivery::memory::{MemoryBroker, MemorySource, QueueConfig};
+use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::Unit;
+
+struct Memory(MemoryBroker);
+
+impl Fixture for Memory {
+    type Source = MemorySource;
+
+    async fn declare(&self, name: &str, max_deliveries: u32) {
+        self.0.declare(name, QueueConfig::default().max_deliveries(max_deliveries)).unwrap();
+    }
+
+    async fn publish(&self, name: &str, unit: Unit) {
+        self.0.publish(name, unit);
+    }
+
+    async fn consume(&self, name: &str) -> MemorySource {
+        self.0.consume(name)
+    }
+
+    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
+        self.0
+            .dead_letters(name)
+            .list()
+            .into_iter()
+            .map(|d| DeadLettered {
+                id: d.unit.id().to_string(),
+                payload: Bytes::copy_from_slice(d.unit.payload()),
+                headers: d.unit.headers().clone(),
+                reason: d.reason.kind(),
+                delivery_count: d.delivery_count.get(),
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_memory_broker_passes_the_conformance_suite() {
+    conformance::run_all(&Memory(MemoryBroker::new())).await;
+}
