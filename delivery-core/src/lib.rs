@@ -27,6 +27,8 @@ pub mod extract;
 mod handler;
 pub mod marker;
 pub mod memory;
+#[cfg(feature = "lapin")]
+pub mod rabbitmq;
 pub mod testing;
 pub mod transport;
 pub mod unit;

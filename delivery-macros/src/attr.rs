@@ -1,4 +1,6 @@
-//! The attribute's arguments: `allow_clock = "why"`, `state = Type`, `crate = path`.
+//! The arguments every handler attribute shares: `allow_clock = "why"`, `state = Type`,
+//! `crate = path`. An attribute with arguments of its own (`#[webhook]`'s `scheme`, `secret`, ...)
+//! parses them through [`Args::parse_with`].
 
 use syn::meta::ParseNestedMeta;
 use syn::{LitStr, Path, Type};
@@ -20,9 +22,22 @@ const KEYS: &str = "`allow_clock = \"why\"`, `state = Type`, `crate = path`";
 
 impl Args {
     pub(crate) fn parse(attr: proc_macro2::TokenStream, cx: &Ctxt) -> Args {
+        Args::parse_with(attr, cx, KEYS, |_| Ok(false))
+    }
+
+    /// The shared arguments, plus the attribute's own: `extra` is offered every key first and
+    /// answers whether it took it. An unknown key is an error listing `keys`.
+    pub(crate) fn parse_with(
+        attr: proc_macro2::TokenStream,
+        cx: &Ctxt,
+        keys: &str,
+        mut extra: impl FnMut(&ParseNestedMeta<'_>) -> syn::Result<bool>,
+    ) -> Args {
         let mut args = Args::default();
         let parser = syn::meta::parser(|meta| {
-            if meta.path.is_ident("allow_clock") {
+            if extra(&meta)? {
+                Ok(())
+            } else if meta.path.is_ident("allow_clock") {
                 let reason: LitStr = meta.value()?.parse()?;
                 if reason.value().trim().is_empty() {
                     cx.error_spanned_by(&reason, "`allow_clock` needs the reason a clock read is safe here, e.g. `allow_clock = \"latency metric only; writes nothing\"`");
@@ -40,7 +55,7 @@ impl Args {
                 };
                 set(cx, &meta, &mut args.krate, path)
             } else {
-                Err(meta.error(format!("unknown argument; expected one of {KEYS}")))
+                Err(meta.error(format!("unknown argument; expected one of {keys}")))
             }
         });
         if let Err(error) = syn::parse::Parser::parse2(parser, attr) {
@@ -50,7 +65,8 @@ impl Args {
     }
 }
 
-fn set<T>(
+/// Stores an argument's value, or reports the key as given twice.
+pub(crate) fn set<T>(
     cx: &Ctxt,
     meta: &ParseNestedMeta<'_>,
     slot: &mut Option<T>,

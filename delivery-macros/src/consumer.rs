@@ -25,7 +25,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     };
     let cx = Ctxt::new();
     let args = Args::parse(attr, &cx);
-    let shape_ok = check_shape(&function, &cx);
+    let shape_ok = check_shape(&function, Flavor::Consumer, &cx);
     let checked = shape_ok.then(|| check_signature(&function, &args, &cx));
     let errors = cx.check().err();
     match checked {
@@ -39,55 +39,82 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // Errors, if any, are reported; the handler type is still generated (with the checks that
         // still apply) so the places that use it raise no second, misleading error.
         Some(checked) => {
-            let expansion = expand_checked(&function, &args, &checked, errors.is_some());
+            let expansion = expand_checked(
+                &function,
+                &args,
+                &checked,
+                errors.is_some(),
+                Flavor::Consumer,
+            );
             quote!(#expansion #errors)
         }
     }
 }
 
-/// What the checks learned, for the expansion.
-struct Checked {
-    params: Vec<Param>,
-    state: Option<Type>,
-    /// The return type, when its tokens passed the check.
-    output: Option<Type>,
+/// Which attribute is expanding: the expansion below is shared, and differs only in how a
+/// parameter is extracted (a webhook refuses axum's body extractors with rule 5's message).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavor {
+    Consumer,
+    Webhook,
 }
 
-struct Param {
-    ty: Type,
+impl Flavor {
+    fn noun(self) -> &'static str {
+        match self {
+            Flavor::Consumer => "consumer",
+            Flavor::Webhook => "webhook",
+        }
+    }
+}
+
+/// What the checks learned, for the expansion.
+pub(crate) struct Checked {
+    pub(crate) params: Vec<Param>,
+    pub(crate) state: Option<Type>,
+    /// The return type, when its tokens passed the check.
+    pub(crate) output: Option<Type>,
+}
+
+pub(crate) struct Param {
+    pub(crate) ty: Type,
     /// Whether the token-level checks passed; the type-level ones are emitted only then.
-    ok: bool,
+    pub(crate) ok: bool,
 }
 
 /// What makes a function unusable as a handler, whatever its types.
-fn check_shape(function: &ItemFn, cx: &Ctxt) -> bool {
+pub(crate) fn check_shape(function: &ItemFn, flavor: Flavor, cx: &Ctxt) -> bool {
     let sig = &function.sig;
+    let noun = flavor.noun();
     let mut ok = true;
     if sig.asyncness.is_none() {
-        cx.error_spanned_by(sig.fn_token, "a consumer handler must be an `async fn`");
+        cx.error_spanned_by(
+            sig.fn_token,
+            format!("a {noun} handler must be an `async fn`"),
+        );
         ok = false;
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         cx.error_spanned_by(
             &sig.generics,
-            "a consumer handler cannot be generic: name the concrete types it takes",
+            format!("a {noun} handler cannot be generic: name the concrete types it takes"),
         );
         ok = false;
     }
     if let Some(variadic) = &sig.variadic {
-        cx.error_spanned_by(variadic, "a consumer handler cannot be variadic");
+        cx.error_spanned_by(variadic, format!("a {noun} handler cannot be variadic"));
         ok = false;
     }
     for input in &sig.inputs {
         if let FnArg::Receiver(receiver) = input {
-            cx.error_spanned_by(receiver, "a consumer handler is a free function; take the state as `State<S>` instead of `self`");
+            cx.error_spanned_by(receiver, format!("a {noun} handler is a free function; take the state as `State<S>` instead of `self`"));
             ok = false;
         }
     }
     ok
 }
 
-fn check_signature(function: &ItemFn, args: &Args, cx: &Ctxt) -> Checked {
+pub(crate) fn check_signature(function: &ItemFn, args: &Args, cx: &Ctxt) -> Checked {
     let sig = &function.sig;
     let allow_clock = args.allow_clock.is_some();
     let mut params = Vec::new();
@@ -144,7 +171,7 @@ fn state_param(ty: &Type) -> Option<&Type> {
 
 /// The first and last token spans of `tokens`: an error on an expression built with them covers
 /// the whole of the user's tokens, not only the first (a joined span is not available on stable).
-fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
+pub(crate) fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
     let mut iter = tokens.to_token_stream().into_iter();
     let first = iter.next().map_or_else(Span::call_site, |t| t.span());
     let last = iter.last().map_or(first, |t| t.span());
@@ -152,7 +179,12 @@ fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
 }
 
 /// `path(argument)`, spanned so that an error on the call or on its argument covers `start..end`.
-fn call_spanning(start: Span, end: Span, path: TokenStream, argument: TokenStream) -> TokenStream {
+pub(crate) fn call_spanning(
+    start: Span,
+    end: Span,
+    path: TokenStream,
+    argument: TokenStream,
+) -> TokenStream {
     let mut args = Group::new(Delimiter::Parenthesis, expr_spanning(start, end, argument));
     args.set_span(end);
     let mut call = respan(path, start);
@@ -162,7 +194,7 @@ fn call_spanning(start: Span, end: Span, path: TokenStream, argument: TokenStrea
 
 /// `tokens` with every span `start` but the last token's, `end`: rustc reports an error on the
 /// expression from the first token to the last, so it covers the user's tokens.
-fn expr_spanning(start: Span, end: Span, tokens: TokenStream) -> TokenStream {
+pub(crate) fn expr_spanning(start: Span, end: Span, tokens: TokenStream) -> TokenStream {
     let mut tokens: Vec<TokenTree> = respan(tokens, start).into_iter().collect();
     if let Some(last) = tokens.last_mut() {
         last.set_span(end);
@@ -188,13 +220,13 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 
 /// Attributes by where they belong: docs on the type and the function, `cfg` on every generated
 /// item, everything else (`allow`, `inline`, `tracing::instrument`, ...) on the function.
-struct Attrs<'a> {
-    docs: Vec<&'a Attribute>,
-    cfgs: Vec<&'a Attribute>,
-    other: Vec<&'a Attribute>,
+pub(crate) struct Attrs<'a> {
+    pub(crate) docs: Vec<&'a Attribute>,
+    pub(crate) cfgs: Vec<&'a Attribute>,
+    pub(crate) other: Vec<&'a Attribute>,
 }
 
-fn sort_attrs(attrs: &[Attribute]) -> Attrs<'_> {
+pub(crate) fn sort_attrs(attrs: &[Attribute]) -> Attrs<'_> {
     let mut sorted = Attrs {
         docs: Vec::new(),
         cfgs: Vec::new(),
@@ -212,11 +244,12 @@ fn sort_attrs(attrs: &[Attribute]) -> Attrs<'_> {
     sorted
 }
 
-fn expand_checked(
+pub(crate) fn expand_checked(
     function: &ItemFn,
     args: &Args,
     checked: &Checked,
     has_errors: bool,
+    flavor: Flavor,
 ) -> TokenStream {
     let krate = match &args.krate {
         Some(path) => quote!(#path),
@@ -286,8 +319,15 @@ fn expand_checked(
             quote!(#private::probe::assert_not_ack_handle),
             probe("ack_probe"),
         );
-        let extractor = (checked.state.is_none() || has_errors)
-            .then(|| quote_spanned!(start=> #private::assert_extractor::<#ty, #check_state>();));
+        let extractor = (checked.state.is_none() || has_errors).then(|| match flavor {
+            Flavor::Consumer => {
+                quote_spanned!(start=> #private::assert_extractor::<#ty, #check_state>();)
+            }
+            Flavor::Webhook => {
+                let check = crate::webhook::extractor(&krate, ty, &check_state);
+                quote!(let _ = #check;)
+            }
+        });
         quote! {
             #clock
             #minter;
@@ -318,7 +358,8 @@ fn expand_checked(
 
     let call_body = if has_errors || checked.output.is_none() {
         // Never runs: the build fails on the errors above. It keeps the type usable meanwhile.
-        quote!(async { ::core::unreachable!("#[consumer] reported errors") })
+        let message = format!("#[{}] reported errors", flavor.noun());
+        quote!(async { ::core::unreachable!(#message) })
     } else {
         let bindings: Vec<_> = (0..checked.params.len())
             .map(|i| format_ident!("__delivery_arg{}", i))
@@ -326,8 +367,16 @@ fn expand_checked(
         let extracts = checked.params.iter().map(|p| {
             let ty = &p.ty;
             let (start, end) = span_range(ty);
-            let path = quote!(#private::extract::<#ty, #state_ty>);
-            let call = call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state));
+            let call = match flavor {
+                Flavor::Consumer => {
+                    let path = quote!(#private::extract::<#ty, #state_ty>);
+                    call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state))
+                }
+                Flavor::Webhook => {
+                    let extractor = crate::webhook::extractor(&krate, ty, &state_ty);
+                    quote!((#extractor)(__delivery_unit, __delivery_state))
+                }
+            };
             quote!(#call?)
         });
         quote! {

@@ -1,5 +1,5 @@
 //! Attribute macros for [`delivery`](https://docs.rs/delivery). Use them through the facade:
-//! `#[delivery::consumer]`. The documentation with examples lives on the re-exports there.
+//! `#[delivery::consumer]`, `#[delivery::webhook(..)]`. The documentation with examples lives on the re-exports there.
 //!
 //! Each attribute is parse -> check -> expand; the checks shared by every attribute (no clock,
 //! no minter, no acknowledgement handle, a return type that can fail) are in `check.rs`.
@@ -8,6 +8,7 @@ mod attr;
 mod check;
 mod consumer;
 mod ctxt;
+mod webhook;
 
 use proc_macro::TokenStream;
 
@@ -15,4 +16,11 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn consumer(attr: TokenStream, item: TokenStream) -> TokenStream {
     consumer::expand(attr.into(), item.into()).into()
+}
+
+/// Turns an `async fn` into an axum webhook handler that verifies the raw body before parsing it.
+/// See `delivery::webhook`.
+#[proc_macro_attribute]
+pub fn webhook(attr: TokenStream, item: TokenStream) -> TokenStream {
+    webhook::expand(attr.into(), item.into()).into()
 }

@@ -4,12 +4,16 @@
 
 use std::borrow::Cow;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName};
 
 use super::VerifyError;
 use super::parse::{
-    BODY, ID, Signed, TIMESTAMP, base64_tag, hex_tag, malformed, optional, required, timestamp,
+    BODY, ID, Signed, TIMESTAMP, Tags, base64_tag, hex_tag, malformed, optional, required,
+    signed_value, timestamp,
 };
+use super::secret::Key;
 
 /// A generic HMAC-SHA256 scheme for providers without a preset, used as
 /// [`Scheme::Hmac`](super::Scheme::Hmac).
@@ -182,7 +186,7 @@ impl HmacScheme {
             .strip_prefix(&*self.prefix)
             .ok_or_else(|| malformed(name, "does not start with the scheme's prefix"))?;
         let tag = if self.base64 {
-            base64_tag(encoded)
+            base64_tag(encoded.as_bytes())
                 .ok_or_else(|| malformed(name, "not the base64 of a 32-byte HMAC"))?
         } else {
             hex_tag(encoded).ok_or_else(|| malformed(name, "not 64 hex digits"))?
@@ -203,12 +207,41 @@ impl HmacScheme {
             _ => "",
         };
         Ok(Signed {
-            signatures: vec![tag],
+            signatures: Tags::one(tag),
             layout: template,
             timestamp_text: ts_text,
             id,
             timestamp: ts,
         })
+    }
+}
+
+impl HmacScheme {
+    /// The headers the provider sends for `body`: the signature (prefix, then hex or base64), and
+    /// the timestamp and the id where the scheme has those headers. The inverse of `parse`.
+    pub(super) fn sign(
+        &self,
+        key: &Key,
+        body: &[u8],
+        timestamp: &str,
+        id: &str,
+        headers: &mut HeaderMap,
+    ) -> Result<(), &'static str> {
+        let tag = Signed::to_sign(self.template(), timestamp, id).tag(key, body);
+        let encoded = if self.base64 {
+            STANDARD.encode(tag)
+        } else {
+            hex::encode(tag)
+        };
+        let signature = signed_value(&format!("{}{encoded}", self.prefix))?;
+        headers.insert(self.signature.clone(), signature);
+        if let Some(name) = &self.timestamp {
+            headers.insert(name.clone(), signed_value(timestamp)?);
+        }
+        if let Some(name) = &self.id {
+            headers.insert(name.clone(), signed_value(id)?);
+        }
+        Ok(())
     }
 }
 

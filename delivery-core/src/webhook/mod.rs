@@ -23,13 +23,20 @@ mod scheme;
 mod secret;
 mod standard;
 mod stripe;
+// `#[webhook]` on axum: the route that verifies before it parses.
+#[cfg(feature = "axum")]
+mod axum;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hmac::Mac as _;
 use http::HeaderMap;
 use subtle::{Choice, ConstantTimeEq};
 
+#[cfg(feature = "axum")]
+#[doc(hidden)]
+pub use self::axum::__private;
+#[cfg(feature = "axum")]
+pub use self::axum::{IntoSecrets, SecretOrigin, WebhookConfigError, WebhookHandler, route};
 pub use error::VerifyError;
 pub use generic::HmacScheme;
 pub use scheme::Scheme;
@@ -218,9 +225,7 @@ impl Verifier {
     fn matches(&self, signed: &Signed<'_>, body: &[u8]) -> bool {
         let mut matched = Choice::from(0);
         for key in &self.keys {
-            let mut mac = key.mac();
-            signed.content(body, |piece| mac.update(piece));
-            let tag = mac.finalize().into_bytes();
+            let tag = signed.tag(key, body);
             for signature in &signed.signatures {
                 matched |= tag.as_slice().ct_eq(signature);
             }

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName};
 
 use super::generic::HmacScheme;
-use super::parse::{Signed, optional};
+use super::parse::{Signed, optional, signed_value};
 use super::secret::Key;
 use super::{Secret, VerifyError, standard, stripe};
 
@@ -83,6 +83,40 @@ impl Scheme {
             _ => Key::new(raw),
         };
         key.ok_or("a secret is empty")
+    }
+
+    /// The headers this scheme's provider sends for `body`, signed with `secret` at `timestamp`
+    /// (Unix seconds), `id` being the delivery's id where the scheme sends one in a header: the
+    /// inverse of [`parse`](Scheme::parse), for `testing::sign`. `Err` says why it cannot sign:
+    /// a secret the scheme cannot use, a misconfigured generic scheme, an id no header can carry.
+    pub(crate) fn sign(
+        &self,
+        secret: &Secret,
+        body: &[u8],
+        timestamp: u64,
+        id: &str,
+    ) -> Result<HeaderMap, &'static str> {
+        if let Some(problem) = self.problem() {
+            return Err(problem);
+        }
+        let key = self.key(secret)?;
+        let timestamp = timestamp.to_string();
+        let mut headers = HeaderMap::new();
+        match self {
+            Scheme::GitHub => {
+                GITHUB.sign(&key, body, &timestamp, id, &mut headers)?;
+                headers.insert(GITHUB_DELIVERY, signed_value(id)?);
+            }
+            Scheme::Stripe => stripe::sign(&key, body, &timestamp, &mut headers)?,
+            Scheme::StandardWebhooks => standard::sign(&key, body, &timestamp, id, &mut headers)?,
+            Scheme::Slack => SLACK.sign(&key, body, &timestamp, id, &mut headers)?,
+            Scheme::Shopify => {
+                SHOPIFY.sign(&key, body, &timestamp, id, &mut headers)?;
+                headers.insert(SHOPIFY_WEBHOOK_ID, signed_value(id)?);
+            }
+            Scheme::Hmac(scheme) => scheme.sign(&key, body, &timestamp, id, &mut headers)?,
+        }
+        Ok(headers)
     }
 
     /// What makes this scheme unusable, if anything.

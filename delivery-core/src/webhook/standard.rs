@@ -1,10 +1,20 @@
 //! Standard Webhooks (and Svix, its origin): `webhook-id`, `webhook-timestamp` and
 //! `webhook-signature: v1,<base64> [v1,<base64>...]` over `{id}.{timestamp}.{body}`.
 
+use base64::Engine as _;
 use http::{HeaderMap, HeaderName};
 
 use super::VerifyError;
-use super::parse::{Signed, base64_tag, malformed, optional, required, timestamp};
+use super::parse::{
+    Signed, Tags, base64_tag, malformed, optional, required, signed_value, timestamp,
+};
+use super::secret::Key;
+
+/// The signed content.
+const LAYOUT: &str = "{id}.{timestamp}.{body}";
+
+/// The length of `v1,` and the padded base64 of a 32-byte tag.
+const ONE_SIGNATURE: usize = 3 + 44;
 
 /// One family of header names: the standard's, or Svix's.
 struct Names {
@@ -13,29 +23,29 @@ struct Names {
     signature: HeaderName,
 }
 
-const STANDARD: Names = Names {
+static STANDARD: Names = Names {
     id: HeaderName::from_static("webhook-id"),
     timestamp: HeaderName::from_static("webhook-timestamp"),
     signature: HeaderName::from_static("webhook-signature"),
 };
 
-const SVIX: Names = Names {
+static SVIX: Names = Names {
     id: HeaderName::from_static("svix-id"),
     timestamp: HeaderName::from_static("svix-timestamp"),
     signature: HeaderName::from_static("svix-signature"),
 };
 
 /// The standard's names, unless the delivery carries none of them and some of Svix's.
-fn names(headers: &HeaderMap) -> Names {
+fn names(headers: &HeaderMap) -> &'static Names {
     let has = |n: &Names| {
         [&n.id, &n.timestamp, &n.signature]
             .iter()
             .any(|h| headers.contains_key(*h))
     };
     if !has(&STANDARD) && has(&SVIX) {
-        SVIX
+        &SVIX
     } else {
-        STANDARD
+        &STANDARD
     }
 }
 
@@ -48,16 +58,29 @@ pub(super) fn id(headers: &HeaderMap) -> Option<&str> {
 /// (`v1a,` and future ones) are ignored, as is a `v1,` entry that is not the base64 of 32 bytes —
 /// but a header with no usable `v1,` entry at all is malformed.
 pub(super) fn parse(headers: &HeaderMap) -> Result<Signed<'_>, VerifyError> {
-    let names = names(headers);
-    let list = required(headers, &names.signature)?;
+    // A delivery with `webhook-signature` uses the standard's names: no need to look for others.
+    let (names, list) = match optional(headers, &STANDARD.signature)? {
+        Some(list) => (&STANDARD, list),
+        None => {
+            let names = names(headers);
+            let list = required(headers, &names.signature)?;
+            (names, list)
+        }
+    };
     let id = required(headers, &names.id)?;
     let ts_text = required(headers, &names.timestamp)?;
     let ts = timestamp(ts_text).ok_or_else(|| malformed(&names.timestamp, "not Unix seconds"))?;
-    let signatures: Vec<_> = list
-        .split(' ')
-        .filter_map(|entry| entry.strip_prefix("v1,"))
-        .filter_map(base64_tag)
-        .collect();
+    let signatures: Tags = if list.len() == ONE_SIGNATURE && list.starts_with("v1,") {
+        // The usual list, one signature: read without splitting. (Were there a space in it, no
+        // entry of the split list could be the 44 characters of a tag either.)
+        base64_tag(&list.as_bytes()[3..]).into_iter().collect()
+    } else {
+        list.split(' ')
+            .filter_map(|entry| entry.strip_prefix("v1,"))
+            .map(str::as_bytes)
+            .filter_map(base64_tag)
+            .collect()
+    };
     if signatures.is_empty() {
         return Err(malformed(
             &names.signature,
@@ -66,9 +89,29 @@ pub(super) fn parse(headers: &HeaderMap) -> Result<Signed<'_>, VerifyError> {
     }
     Ok(Signed {
         signatures,
-        layout: "{id}.{timestamp}.{body}",
+        layout: LAYOUT,
         timestamp_text: ts_text,
         id,
         timestamp: Some(ts),
     })
+}
+
+/// The headers a Standard Webhooks sender sends for `body`: `webhook-id`, `webhook-timestamp` and
+/// `webhook-signature: v1,<base64>`. The inverse of `parse`.
+pub(super) fn sign(
+    key: &Key,
+    body: &[u8],
+    timestamp: &str,
+    id: &str,
+    headers: &mut HeaderMap,
+) -> Result<(), &'static str> {
+    let tag = Signed::to_sign(LAYOUT, timestamp, id).tag(key, body);
+    let signature = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(tag)
+    );
+    headers.insert(&STANDARD.id, signed_value(id)?);
+    headers.insert(&STANDARD.timestamp, signed_value(timestamp)?);
+    headers.insert(&STANDARD.signature, signed_value(&signature)?);
+    Ok(())
 }

@@ -3,9 +3,13 @@
 use http::{HeaderMap, HeaderName};
 
 use super::VerifyError;
-use super::parse::{Signed, hex_tag, malformed, required, timestamp};
+use super::parse::{Signed, Tags, hex_tag, malformed, required, signed_value, timestamp};
+use super::secret::Key;
 
-const SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
+static SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
+
+/// The signed content.
+const LAYOUT: &str = "{timestamp}.{body}";
 
 /// Every `v1=` entry is a candidate (Stripe sends one per secret while a secret is being rolled);
 /// other schemes (`v0=`) are ignored, and so is a `v1=` entry that is not 64 hex digits, as
@@ -14,9 +18,10 @@ pub(super) fn parse(headers: &HeaderMap) -> Result<Signed<'_>, VerifyError> {
     let value = required(headers, &SIGNATURE)?;
     let mut t = None;
     let mut saw_v1 = false;
-    let mut signatures = Vec::new();
+    let mut signatures = Tags::default();
     for item in value.split(',') {
-        let Some((key, val)) = item.trim().split_once('=') else {
+        // Visible ASCII (`required`), so `trim_ascii` is `trim`.
+        let Some((key, val)) = item.trim_ascii().split_once('=') else {
             return Err(malformed(&SIGNATURE, "an entry is not `key=value`"));
         };
         match key {
@@ -39,9 +44,23 @@ pub(super) fn parse(headers: &HeaderMap) -> Result<Signed<'_>, VerifyError> {
     }
     Ok(Signed {
         signatures,
-        layout: "{timestamp}.{body}",
+        layout: LAYOUT,
         timestamp_text: t,
         id: "",
         timestamp: Some(ts),
     })
+}
+
+/// The header Stripe sends for `body`: `Stripe-Signature: t=<timestamp>,v1=<hex>`. The inverse of
+/// `parse`.
+pub(super) fn sign(
+    key: &Key,
+    body: &[u8],
+    timestamp: &str,
+    headers: &mut HeaderMap,
+) -> Result<(), &'static str> {
+    let tag = Signed::to_sign(LAYOUT, timestamp, "").tag(key, body);
+    let value = format!("t={timestamp},v1={}", hex::encode(tag));
+    headers.insert(&SIGNATURE, signed_value(&value)?);
+    Ok(())
 }
