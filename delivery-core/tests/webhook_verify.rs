@@ -102,6 +102,15 @@ fn sign_standard(secret: &str, body: &[u8], ts: u64) -> HeaderMap {
     ])
 }
 
+/// The `v1,<base64>` entry a Standard Webhooks sender puts in `webhook-signature`.
+fn sign_standard_with(secret: &str, id: &str, ts: &str, body: &[u8]) -> String {
+    let sig = b64_mac(
+        &standard_key(secret),
+        &[id.as_bytes(), b".", ts.as_bytes(), b".", body],
+    );
+    format!("v1,{sig}")
+}
+
 fn sign_slack(secret: &str, body: &[u8], ts: u64) -> HeaderMap {
     let t = ts.to_string();
     let sig = hex_mac(secret.as_bytes(), &[b"v0:", t.as_bytes(), b":", body]);
@@ -375,7 +384,8 @@ fn standard_webhooks_signature_list() {
     }
 }
 
-/// A Stripe vector: Stripe publishes no fixed signature, so this one was computed with Python's
+/// A Stripe vector: Stripe's docs publish no fixed signature (stripe-dotnet's suite does: see
+/// `stripe_dotnet_published_vector`), so this one was computed with Python's
 /// `hmac` module (an independent implementation) over `{t}.{body}` keyed with the whole
 /// `whsec_test_secret` string, the secret stripe-go's and stripe-python's suites use.
 #[test]
@@ -500,7 +510,8 @@ fn slack_published_vector() {
     assert_eq!(verifier.unit_id(&h, event).as_deref(), Some("Ev08MFMKH6"));
 }
 
-/// Shopify publishes no vector; this one was computed with Python's `hmac` and `base64`
+/// Shopify's docs publish no vector (its `@shopify/shopify-api` suite does: see
+/// `shopify_api_js_published_vector`); this one was computed with Python's `hmac` and `base64`
 /// (independently of this crate), and matches one cross-checked the same way elsewhere.
 #[test]
 fn shopify_vector() {
@@ -530,6 +541,324 @@ fn shopify_vector() {
         verifier.verify_at(&hex, br#"{"id":1}"#, at(NOW)),
         Err(VerifyError::MalformedHeader { .. })
     ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// More published vectors: the providers' own SDK test suites, valid and invalid.
+
+/// GitHub's own JavaScript library, `@octokit/webhooks-methods` (github.com/octokit/webhooks-methods.js):
+/// `test/sign.test.ts` signs `{"foo":"bar"}` with `mysecret`; `test/verify.test.ts` and
+/// `test/common/verify-signature.test.ts` refuse a changed body and a signature one hex digit
+/// short or long.
+#[test]
+fn github_octokit_published_vector() {
+    let body = br#"{"foo":"bar"}"#;
+    let sig = "sha256=4864d2759938a15468b5df9ade20bf161da9b4f737ea61794142f3484236bda3";
+    let verifier = Verifier::new(Scheme::GitHub, "mysecret");
+    let h = headers(&[("X-Hub-Signature-256", sig)]);
+    assert_eq!(verifier.verify_at(&h, body, at(NOW)), Ok(()));
+    assert_eq!(sign_github("mysecret", body, 0)["x-hub-signature-256"], sig);
+    assert_eq!(
+        verifier.verify_at(&h, br#"{"foo":"barbaz"}"#, at(NOW)),
+        Err(VerifyError::Mismatch)
+    );
+    assert_eq!(
+        Verifier::new(Scheme::GitHub, "othersecret").verify_at(&h, body, at(NOW)),
+        Err(VerifyError::Mismatch)
+    );
+    for bad in [
+        &sig[..sig.len() - 1],
+        &format!("{sig}a"),
+        // The same library's SHA-1 signature of the same payload: not this header's algorithm.
+        "sha1=d03207e4b030cf234e3447bac4d93add4c6643d8",
+    ] {
+        let h = headers(&[("X-Hub-Signature-256", bad)]);
+        assert!(
+            matches!(
+                verifier.verify_at(&h, body, at(NOW)),
+                Err(VerifyError::MalformedHeader { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+/// stripe-dotnet's suite (github.com/stripe/stripe-dotnet,
+/// `src/StripeTests/Services/Events/EventUtilityTest.cs`): the fixture
+/// `src/StripeTests/Resources/event_test_signature.json` (with its final newline) signed with
+/// `webhook_secret` at 1533204620, verified 100 s later under a 300 s tolerance; refused 400 s
+/// later, with the body changed, and for each malformed header its
+/// `ValidateSignatureHandlesIncorrectHeaderValues` lists.
+#[test]
+fn stripe_dotnet_published_vector() {
+    let body = "{\n  \"id\": \"evt_123\",\n  \"object\": \"event\",\n  \"account\": \"acct_123\",\n  \
+                \"api_version\": \"2017-05-25\",\n  \"created\": 1533204620,\n  \"data\": {\n    \
+                \"object\": {\n      \"id\": \"cus_123\",\n      \"object\": \"customer\",\n      \
+                \"created\": 123456789,\n      \"email\": \"test@stripe.com\",\n      \
+                \"livemode\": false,\n      \"metadata\": {}\n    }\n  },\n  \"livemode\": false,\n  \
+                \"pending_webhooks\": 1,\n  \"request\": {\n    \"id\": \"req_123\",\n    \
+                \"idempotency_key\": \"idempotency-key-123\"\n  },\n  \"type\": \"customer.created\"\n}\n";
+    let body = body.as_bytes();
+    let header = "t=1533204620,\
+                  v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7,\
+                  v0=63f3a72374a733066c4be69ed7f8e5ac85c22c9f0a6a612ab9a025a9e4ee7eef";
+    let ts = 1_533_204_620;
+    let h = headers(&[("Stripe-Signature", header)]);
+    let verifier = Verifier::new(Scheme::Stripe, "webhook_secret");
+    assert_eq!(verifier.verify_at(&h, body, at(ts + 100)), Ok(()));
+    assert_eq!(verifier.unit_id(&h, body).as_deref(), Some("evt_123"));
+    assert!(
+        sign_stripe("webhook_secret", body, ts)["stripe-signature"]
+            .to_str()
+            .unwrap()
+            .starts_with(
+                "t=1533204620,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7"
+            )
+    );
+    // RejectOutdatedTimestamp.
+    assert_eq!(
+        verifier.verify_at(&h, body, at(ts + 400)),
+        Err(VerifyError::TimestampOutOfTolerance {
+            timestamp: ts,
+            now: ts + 400,
+            tolerance: Duration::from_secs(300)
+        })
+    );
+    // RejectIncorrectSignature: the body changed; and the body without its final newline.
+    let changed = [body, b"this_changes_the_json"].concat();
+    assert_eq!(
+        verifier.verify_at(&h, &changed, at(ts + 100)),
+        Err(VerifyError::Mismatch)
+    );
+    assert_eq!(
+        verifier.verify_at(&h, &body[..body.len() - 1], at(ts + 100)),
+        Err(VerifyError::Mismatch)
+    );
+    assert_eq!(
+        Verifier::new(Scheme::Stripe, "whsec_webhook_secret").verify_at(&h, body, at(ts + 100)),
+        Err(VerifyError::Mismatch)
+    );
+    // ValidateSignatureHandlesIncorrectHeaderValues.
+    for bad in [
+        "t=,v1=2220f87ef101a04665f11cdf770523143f875572008577fa0f20882ddb9cc3c7,\
+         v0=63f3a72374a733066c4be69ed7f8e5ac85c22c9f0a6a612ab9a025a9e4ee7eef",
+        "t,v1=,v0=",
+        "t,v1=,v0",
+        "t,v1=,",
+        "t,,",
+        ",,",
+        "t",
+    ] {
+        let h = headers(&[("Stripe-Signature", bad)]);
+        assert!(
+            matches!(
+                verifier.verify_at(&h, b"{}", at(ts)),
+                Err(VerifyError::MalformedHeader { .. })
+            ),
+            "{bad}"
+        );
+    }
+}
+
+/// Stripe's docs (docs.stripe.com/webhooks/signatures, "Verify signatures manually") show this
+/// header, with neither its body nor its secret: it is read as well-formed (one `v1`, a `v0`
+/// ignored), a body and secret of ours do not match it, and today it is a replay.
+#[test]
+fn stripe_docs_example_header() {
+    let header = "t=1492774577,\
+                  v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd,\
+                  v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39";
+    let h = headers(&[("Stripe-Signature", header)]);
+    let verifier = Verifier::new(Scheme::Stripe, "whsec_TOPSECRETstripe1");
+    assert_eq!(
+        verifier.verify_at(&h, BODY, at(1_492_774_577)),
+        Err(VerifyError::Mismatch)
+    );
+    assert!(matches!(
+        verifier.verify_at(&h, BODY, at(NOW)),
+        Err(VerifyError::TimestampOutOfTolerance {
+            timestamp: 1_492_774_577,
+            ..
+        })
+    ));
+}
+
+/// The Standard Webhooks Rust library's own vectors (github.com/standard-webhooks/standard-webhooks,
+/// `libraries/rust/src/lib.rs`): `test_sign`, `test_no_verify`, and the signature lists of
+/// `test_verify_with_multiple_signatures` and `test_no_verify_with_multiple_signatures`.
+#[test]
+fn standard_webhooks_rust_library_vectors() {
+    let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    let id = "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk";
+    let ts = "1649367553";
+    let body = br#"{"email":"test@example.com","username":"test_user"}"#;
+    let sig = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
+    let when = at(1_649_367_553);
+    let verifier = Verifier::new(Scheme::StandardWebhooks, secret);
+    assert_eq!(sign_standard_with(secret, id, ts, body), sig);
+    assert_eq!(
+        verifier.verify_at(&sw_headers("webhook", id, ts, sig), body, when),
+        Ok(())
+    );
+    let wrong = "v1,R3PTzyfHASBKHH98a7yexTwaJ4yNIcGhFQc1yuN+BPU=";
+    assert_eq!(
+        verifier.verify_at(&sw_headers("webhook", id, ts, wrong), body, when),
+        Err(VerifyError::Mismatch)
+    );
+    let others = "v1,tFtCZ5RDCPxzWQRWXWPgrCgE2frDBe9gjpbWQxnVfsQ= \
+                  v1,Mm7xgUVICxZfQ3bgf0h0Dof65L/IFx+PnZvnDWPCX6Q=";
+    let last = "v1,9DfC1c3eeOrXB6w/5dIDydLNQaEyww5KalE5jLBZucE=";
+    let with = format!("{others} {sig} {last}");
+    assert_eq!(
+        verifier.verify_at(&sw_headers("webhook", id, ts, &with), body, when),
+        Ok(())
+    );
+    let without = format!("{others} {last}");
+    assert_eq!(
+        verifier.verify_at(&sw_headers("webhook", id, ts, &without), body, when),
+        Err(VerifyError::Mismatch)
+    );
+}
+
+/// The Standard Webhooks JavaScript library's invalid cases (github.com/standard-webhooks/
+/// standard-webhooks, `libraries/javascript/src/webhook.test.ts`), against the specification's
+/// vector (the same file's `sign function works`): an invalid signature, a partial one, `v1,`
+/// alone, an unparsable timestamp, each missing header; and its multi-signature list.
+#[test]
+fn standard_webhooks_javascript_library_cases() {
+    let when = at(1_614_265_330);
+    let verifier = Verifier::new(Scheme::StandardWebhooks, SW_SECRET);
+    for bad in ["v1,dawfeoifkpqwoekfpqoekf", &SW_SIG[..8], "v1,"] {
+        let h = sw_headers("webhook", STANDARD_ID, SW_TS, bad);
+        assert!(
+            matches!(
+                verifier.verify_at(&h, SW_BODY, when),
+                Err(VerifyError::MalformedHeader { ref header, .. }) if header == "webhook-signature"
+            ),
+            "{bad}"
+        );
+    }
+    let h = sw_headers("webhook", STANDARD_ID, "hello", SW_SIG);
+    assert!(matches!(
+        verifier.verify_at(&h, SW_BODY, when),
+        Err(VerifyError::MalformedHeader { ref header, .. }) if header == "webhook-timestamp"
+    ));
+    for missing in ["webhook-id", "webhook-timestamp", "webhook-signature"] {
+        let mut h = sw_headers("webhook", STANDARD_ID, SW_TS, SW_SIG);
+        h.remove(missing);
+        assert_eq!(
+            verifier.verify_at(&h, SW_BODY, when),
+            Err(VerifyError::MissingHeader {
+                header: name(missing)
+            })
+        );
+    }
+    let other = "Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc=";
+    let list = format!("v1,{other} v2,{other} {SW_SIG} v1,{other}");
+    let h = sw_headers("webhook", STANDARD_ID, SW_TS, &list);
+    assert_eq!(verifier.verify_at(&h, SW_BODY, when), Ok(()));
+    // Old and new timestamps: five minutes and a second either way.
+    for ts in [1_614_265_330 - 301, 1_614_265_330 + 301] {
+        assert!(matches!(
+            verifier.verify_at(
+                &sw_headers("webhook", STANDARD_ID, SW_TS, SW_SIG),
+                SW_BODY,
+                at(ts)
+            ),
+            Err(VerifyError::TimestampOutOfTolerance { .. })
+        ));
+    }
+}
+
+/// Slack's official Python SDK (github.com/slackapi/python-slack-sdk,
+/// `tests/signature/test_signature_verifier.py`): Slack's documented example at its own clock
+/// (1531420618), refused with `------` appended to the body, and refused at today's clock.
+#[test]
+fn slack_sdk_published_cases() {
+    let secret = "8f742231b10e8888abcd99yyyzzz85a5";
+    let body = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+    let h = headers(&[
+        ("X-Slack-Request-Timestamp", "1531420618"),
+        (
+            "X-Slack-Signature",
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+        ),
+    ]);
+    let verifier = Verifier::new(Scheme::Slack, secret);
+    assert_eq!(
+        verifier.verify_at(&h, body.as_bytes(), at(1_531_420_618)),
+        Ok(())
+    );
+    let changed = format!("{body}------");
+    assert_eq!(
+        verifier.verify_at(&h, changed.as_bytes(), at(1_531_420_618)),
+        Err(VerifyError::Mismatch)
+    );
+    assert!(matches!(
+        verifier.verify(&h, body.as_bytes()),
+        Err(VerifyError::TimestampOutOfTolerance { .. })
+    ));
+    for missing in ["x-slack-request-timestamp", "x-slack-signature"] {
+        let mut h = h.clone();
+        h.remove(missing);
+        assert_eq!(
+            verifier.verify_at(&h, body.as_bytes(), at(1_531_420_618)),
+            Err(VerifyError::MissingHeader {
+                header: name(missing)
+            })
+        );
+    }
+}
+
+/// Shopify's official `@shopify/shopify-api` (github.com/Shopify/shopify-app-js,
+/// `packages/apps/shopify-api/lib/webhooks/__tests__/validate.test.ts`, with the secret
+/// `test_secret_key` from `lib/__tests__/test-config.ts` and the headers of
+/// `lib/webhooks/__tests__/utils.ts`): the body `{"foo": "bar"}` and its HMAC; refused with the
+/// suite's `fake` HMAC, an empty one, none, and a changed body.
+#[test]
+fn shopify_api_js_published_vector() {
+    let body = br#"{"foo": "bar"}"#;
+    let hmac = "B23tXN681gZ0qIWNRrgtzBE9XSDo5yaUu6wfmhu3a7g=";
+    let shopify = |hmac: &str| {
+        headers(&[
+            ("X-Shopify-API-Version", "2023-01"),
+            ("X-Shopify-Shop-Domain", "shop1.myshopify.io"),
+            ("X-Shopify-Hmac-Sha256", hmac),
+            ("X-Shopify-Topic", "products/create"),
+            ("X-Shopify-Webhook-Id", "123456789"),
+        ])
+    };
+    let verifier = Verifier::new(Scheme::Shopify, "test_secret_key");
+    assert_eq!(verifier.verify_at(&shopify(hmac), body, at(NOW)), Ok(()));
+    assert_eq!(
+        verifier.unit_id(&shopify(hmac), body).as_deref(),
+        Some("123456789")
+    );
+    assert_eq!(
+        sign_shopify("test_secret_key", body, 0)["x-shopify-hmac-sha256"],
+        hmac
+    );
+    assert_eq!(
+        verifier.verify_at(&shopify(hmac), br#"{"foo": "baz"}"#, at(NOW)),
+        Err(VerifyError::Mismatch)
+    );
+    for bad in ["fake", ""] {
+        assert!(
+            matches!(
+                verifier.verify_at(&shopify(bad), body, at(NOW)),
+                Err(VerifyError::MalformedHeader { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    let mut none = shopify(hmac);
+    none.remove("x-shopify-hmac-sha256");
+    assert_eq!(
+        verifier.verify_at(&none, body, at(NOW)),
+        Err(VerifyError::MissingHeader {
+            header: name("x-shopify-hmac-sha256")
+        })
+    );
 }
 
 #[test]
@@ -1310,6 +1639,248 @@ proptest! {
             headers.insert(header.clone(), value);
             let result = case.verifier().verify_at(&headers, &body, at(NOW));
             prop_assert!(result.is_err(), "{} {}: {:?}", case.label, header, headers);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `delivery_core::testing::sign`: the signing helper for users' tests.
+
+mod signing_helper {
+    use super::*;
+    use delivery_core::testing::{Signer, sign};
+
+    /// For every scheme, the helper's headers are exactly the independent signer's above (plus
+    /// `Content-Type`), and they verify.
+    #[test]
+    fn signs_every_scheme_as_the_independent_signer_does() {
+        for case in cases() {
+            let expected = (case.sign)(case.secret, BODY, NOW);
+            let verifier = case.verifier();
+            let mut signer = Signer::new((case.scheme)(), case.secret).at(at(NOW));
+            if let Some(id) = verifier.delivery_id(&expected) {
+                signer = signer.id(id);
+            }
+            let mut ours = signer.headers(BODY);
+            assert_eq!(ours.remove("content-type").unwrap(), "application/json");
+            assert_eq!(ours, expected, "{}", case.label);
+            assert_eq!(
+                verifier.verify_at(&signer.headers(BODY), BODY, at(NOW)),
+                Ok(()),
+                "{}",
+                case.label
+            );
+            // The one-line form, at the clock and at a given time.
+            let h = sign(&(case.scheme)(), case.secret, BODY, SystemTime::now());
+            assert_eq!(verifier.verify(&h, BODY), Ok(()), "{}", case.label);
+            let h = sign(&(case.scheme)(), case.secret, BODY, at(NOW - 3600));
+            assert_eq!(
+                verifier.verify_at(&h, BODY, at(NOW - 3600)),
+                Ok(()),
+                "{}",
+                case.label
+            );
+            if case.timestamped() {
+                assert!(matches!(
+                    verifier.verify_at(&h, BODY, at(NOW)),
+                    Err(VerifyError::TimestampOutOfTolerance { .. })
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn the_published_vectors_come_out_of_the_helper() {
+        let github = sign(
+            &Scheme::GitHub,
+            "It's a Secret to Everybody",
+            "Hello, World!",
+            at(NOW),
+        );
+        assert_eq!(
+            github["x-hub-signature-256"],
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+        );
+        let standard = Signer::new(Scheme::StandardWebhooks, SW_SECRET)
+            .id(STANDARD_ID)
+            .at(at(1_614_265_330))
+            .headers(SW_BODY);
+        assert_eq!(standard["webhook-signature"], SW_SIG);
+        assert_eq!(standard["webhook-timestamp"], SW_TS);
+        let slack = sign(
+            &Scheme::Slack,
+            "8f742231b10e8888abcd99yyyzzz85a5",
+            "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c",
+            at(1_531_420_618),
+        );
+        assert_eq!(
+            slack["x-slack-signature"],
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+        );
+        let shopify = sign(
+            &Scheme::Shopify,
+            "test_secret_key",
+            r#"{"foo": "bar"}"#,
+            at(NOW),
+        );
+        assert_eq!(
+            shopify["x-shopify-hmac-sha256"],
+            "B23tXN681gZ0qIWNRrgtzBE9XSDo5yaUu6wfmhu3a7g="
+        );
+        let stripe = sign(
+            &Scheme::Stripe,
+            "whsec_test_secret",
+            b"{\n  \"id\": \"evt_test_webhook\",\n  \"object\": \"event\"\n}",
+            at(1_614_265_330),
+        );
+        assert_eq!(
+            stripe["stripe-signature"],
+            "t=1614265330,v1=af4ead0627a34a8cca29808e8de9ada8e41a92e6237c63cef6eacf51d36cca34"
+        );
+    }
+
+    /// The same body signed twice is a redelivery (the same id); another body is another
+    /// delivery; `id` overrides.
+    #[test]
+    fn default_ids_follow_the_body() {
+        for scheme in [Scheme::GitHub, Scheme::StandardWebhooks, Scheme::Shopify] {
+            let verifier = Verifier::new(scheme.clone(), SW_SECRET);
+            let id = |body: &[u8], at_secs| {
+                verifier
+                    .delivery_id(&sign(&scheme, SW_SECRET, body, at(at_secs)))
+                    .unwrap()
+            };
+            assert_eq!(id(BODY, NOW), id(BODY, NOW + 60), "{scheme:?}");
+            assert_ne!(id(BODY, NOW), id(b"{}", NOW), "{scheme:?}");
+            let given = Signer::new(scheme.clone(), SW_SECRET)
+                .id("given-1")
+                .headers(BODY);
+            assert_eq!(verifier.delivery_id(&given).as_deref(), Some("given-1"));
+        }
+        let standard = sign(&Scheme::StandardWebhooks, SW_SECRET, BODY, at(NOW));
+        assert!(standard["webhook-id"].to_str().unwrap().starts_with("msg_"));
+        let github = sign(&Scheme::GitHub, "s", BODY, at(NOW));
+        let guid = github["x-github-delivery"].to_str().unwrap();
+        let groups: Vec<usize> = guid.split('-').map(str::len).collect();
+        assert_eq!(groups, [8, 4, 4, 4, 12], "{guid}");
+        // Stripe and Slack carry theirs in the body.
+        assert_eq!(sign(&Scheme::Stripe, "whsec_x", BODY, at(NOW)).len(), 2);
+    }
+
+    #[test]
+    fn extra_headers_and_requests() {
+        let signer = Signer::new(Scheme::Slack, "slack-secret")
+            .at(at(NOW))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("User-Agent", "Slackbot 1.0 (+https://api.slack.com/robots)");
+        let request = signer.request("https://example.test/slack/commands?x=1", "text=hi");
+        assert_eq!(request.method(), http::Method::POST);
+        assert_eq!(request.uri().path(), "/slack/commands");
+        assert_eq!(request.body(), b"text=hi");
+        let h = request.headers();
+        assert_eq!(h.get_all("content-type").iter().count(), 1);
+        assert_eq!(h["content-type"], "application/x-www-form-urlencoded");
+        assert!(h.contains_key("user-agent"));
+        let verifier = Verifier::new(Scheme::Slack, "slack-secret");
+        assert_eq!(verifier.verify_at(h, b"text=hi", at(NOW)), Ok(()));
+
+        // A header of the signature's own replaced: a tampered delivery.
+        let tampered = Signer::new(Scheme::GitHub, "s")
+            .header("X-Hub-Signature-256", format!("sha256={}", "0".repeat(64)))
+            .headers(BODY);
+        assert_eq!(
+            Verifier::new(Scheme::GitHub, "s").verify(&tampered, BODY),
+            Err(VerifyError::Mismatch)
+        );
+        // Debug shows no secret.
+        assert!(!format!("{signer:?}").contains("slack-secret"));
+    }
+
+    #[test]
+    #[should_panic(expected = "not base64")]
+    fn an_unusable_secret_panics_with_the_reason() {
+        let _ = sign(&Scheme::StandardWebhooks, "whsec_%%%", BODY, at(NOW));
+    }
+
+    #[test]
+    #[should_panic(expected = "a secret is empty")]
+    fn an_empty_secret_panics() {
+        let _ = sign(&Scheme::GitHub, "", BODY, at(NOW));
+    }
+
+    #[test]
+    #[should_panic(expected = "before the Unix epoch")]
+    fn a_time_before_the_epoch_panics() {
+        let _ = sign(
+            &Scheme::Stripe,
+            "whsec_x",
+            BODY,
+            UNIX_EPOCH - Duration::from_secs(1),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "not visible ASCII")]
+    fn an_id_no_header_can_carry_panics() {
+        let _ = Signer::new(Scheme::StandardWebhooks, SW_SECRET)
+            .id("msg\n1")
+            .headers(BODY);
+    }
+
+    #[test]
+    #[should_panic(expected = "no timestamp header")]
+    fn a_misconfigured_generic_scheme_panics() {
+        let scheme = HmacScheme::new("X-Sig").signed_content("{timestamp}.{body}");
+        let _ = sign(&Scheme::Hmac(scheme), "k", BODY, at(NOW));
+    }
+}
+
+/// The base64 forms of a Standard Webhooks signature, pinned (the decoder has a fast path for the
+/// canonical form; every other form goes through the general decoder as before): the padded form
+/// is read; no padding, extra padding, unused bits set, the URL-safe alphabet, whitespace inside
+/// are not.
+#[test]
+fn standard_webhooks_base64_forms() {
+    let when = at(1_614_265_330);
+    let verifier = Verifier::new(Scheme::StandardWebhooks, SW_SECRET);
+    let b64 = &SW_SIG[3..]; // g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=
+    let check = |sig: &str| {
+        verifier.verify_at(
+            &sw_headers("webhook", STANDARD_ID, SW_TS, &format!("v1,{sig}")),
+            SW_BODY,
+            when,
+        )
+    };
+    assert_eq!(check(b64), Ok(()));
+    let url_safe = b64.replace('+', "-").replace('/', "_");
+    let unused_bits = format!("{}F=", &b64[..42]); // `E` (000100) -> `F` (000101)
+    let inner_space = format!("{} {}", &b64[..20], &b64[20..]);
+    for bad in [
+        format!("{b64}="),
+        b64[..43].to_owned(),
+        url_safe,
+        unused_bits,
+        inner_space,
+        format!("{}==", &b64[..42]),
+        b64[..42].to_owned(),
+    ] {
+        assert!(
+            matches!(check(&bad), Err(VerifyError::MalformedHeader { .. })),
+            "{bad}: {:?}",
+            check(&bad)
+        );
+    }
+    // Every byte value at every position of the canonical form decodes as the general decoder
+    // does: a valid tag's encoding verifies, and one character changed never does.
+    for i in 0..43 {
+        for c in (0u8..=255).filter(|c| c.is_ascii_graphic()) {
+            let mut sig = b64.as_bytes().to_vec();
+            if sig[i] == c {
+                continue;
+            }
+            sig[i] = c;
+            let sig = String::from_utf8(sig).unwrap();
+            assert!(check(&sig).is_err(), "{sig}");
         }
     }
 }

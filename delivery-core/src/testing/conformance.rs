@@ -115,7 +115,11 @@ impl Store {
         self.runs.lock().unwrap().clone()
     }
     fn runs_of(&self, key: &str) -> Vec<u32> {
-        self.runs().into_iter().filter(|(k, _)| k == key).map(|(_, c)| c).collect()
+        self.runs()
+            .into_iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, c)| c)
+            .collect()
     }
     fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
@@ -190,13 +194,20 @@ async fn consume_until<F: Fixture>(
         .state(store.clone())
         .concurrency(4)
         .max_deliveries(max_deliveries)
-        .backoff(Backoff::exponential(Duration::from_millis(10), Duration::from_millis(50)))
+        .backoff(Backoff::exponential(
+            Duration::from_millis(10),
+            Duration::from_millis(50),
+        ))
         .drain_deadline(Duration::from_secs(5))
         .shutdown_on(async move { stop.notified().await })
         .run(Scripted)
         .await;
     let held = watcher.await.unwrap_or(false);
-    assert!(held, "conformance `{check}`: the condition never held within {PATIENCE:?}; runs: {:?}", store.runs());
+    assert!(
+        held,
+        "conformance `{check}`: the condition never held within {PATIENCE:?}; runs: {:?}",
+        store.runs()
+    );
 }
 
 fn queue(check: &str) -> String {
@@ -209,17 +220,35 @@ pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
     let name = queue("ack");
     fixture.declare(&name, 5).await;
     for i in 0..20 {
-        fixture.publish(&name, Unit::new(format!("ack-{i}"), script(&format!("k{i}"), i))).await;
+        fixture
+            .publish(
+                &name,
+                Unit::new(format!("ack-{i}"), script(&format!("k{i}"), i)),
+            )
+            .await;
     }
     let store = Store::default();
-    consume_until(fixture, &name, &store, 5, "acks_after_the_effect", |s| s.rows().len() == 20).await;
-    // A fresh consumer, given half a second, finds nothing to redeliver.
-    let started = tokio::time::Instant::now();
-    consume_until(fixture, &name, &store, 5, "acks_after_the_effect (nothing redelivered)", move |_| {
-        started.elapsed() > Duration::from_millis(500)
+    consume_until(fixture, &name, &store, 5, "acks_after_the_effect", |s| {
+        s.rows().len() == 20
     })
     .await;
-    assert_eq!(store.runs().len(), 20, "conformance `acks_after_the_effect`: an acknowledged unit came back: {:?}", store.runs());
+    // A fresh consumer, given half a second, finds nothing to redeliver.
+    let started = tokio::time::Instant::now();
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "acks_after_the_effect (nothing redelivered)",
+        move |_| started.elapsed() > Duration::from_millis(500),
+    )
+    .await;
+    assert_eq!(
+        store.runs().len(),
+        20,
+        "conformance `acks_after_the_effect`: an acknowledged unit came back: {:?}",
+        store.runs()
+    );
     assert!(fixture.dead_letters(&name).await.is_empty());
 }
 
@@ -228,10 +257,22 @@ pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
 pub async fn returns_a_failed_unit<F: Fixture>(fixture: &F) {
     let name = queue("return");
     fixture.declare(&name, 5).await;
-    fixture.publish(&name, Unit::new("ret-1", r#"{"key":"r","value":7,"fail_until":3}"#)).await;
+    fixture
+        .publish(
+            &name,
+            Unit::new("ret-1", r#"{"key":"r","value":7,"fail_until":3}"#),
+        )
+        .await;
     let store = Store::default();
-    consume_until(fixture, &name, &store, 5, "returns_a_failed_unit", |s| s.rows().contains_key("r")).await;
-    assert_eq!(store.runs_of("r"), [1, 2, 3], "conformance `returns_a_failed_unit`: delivery counts");
+    consume_until(fixture, &name, &store, 5, "returns_a_failed_unit", |s| {
+        s.rows().contains_key("r")
+    })
+    .await;
+    assert_eq!(
+        store.runs_of("r"),
+        [1, 2, 3],
+        "conformance `returns_a_failed_unit`: delivery counts"
+    );
     assert!(fixture.dead_letters(&name).await.is_empty());
 }
 
@@ -244,13 +285,32 @@ pub async fn bounds_redelivery_by_the_mechanisms_count<F: Fixture>(fixture: &F) 
     fixture.publish(&name, Unit::new("bound-1", payload)).await;
     let store = Store::default();
     // The first consumer sees one failed delivery and stops (a restart)...
-    consume_until(fixture, &name, &store, 3, "bound (first consumer)", |s| !s.runs().is_empty()).await;
+    consume_until(fixture, &name, &store, 3, "bound (first consumer)", |s| {
+        !s.runs().is_empty()
+    })
+    .await;
     // ...the next continues the mechanism's count up to the bound.
-    consume_until(fixture, &name, &store, 3, "bounds_redelivery_by_the_mechanisms_count", |s| s.runs().len() >= 3).await;
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        3,
+        "bounds_redelivery_by_the_mechanisms_count",
+        |s| s.runs().len() >= 3,
+    )
+    .await;
     let dead = wait_dead_letters(fixture, &name, 1).await;
-    assert_eq!(store.runs_of("b"), [1, 2, 3], "conformance `bounds_redelivery`: counts seen by handlers");
+    assert_eq!(
+        store.runs_of("b"),
+        [1, 2, 3],
+        "conformance `bounds_redelivery`: counts seen by handlers"
+    );
     assert_eq!(dead[0].id, "bound-1");
-    assert_eq!(dead[0].payload.as_ref(), payload.as_bytes(), "dead letter intact");
+    assert_eq!(
+        dead[0].payload.as_ref(),
+        payload.as_bytes(),
+        "dead letter intact"
+    );
     assert_eq!(dead[0].reason, ReasonKind::Exhausted);
     assert_eq!(dead[0].delivery_count, 3);
 }
@@ -262,16 +322,46 @@ pub async fn dead_letters_poison_directly_and_intact<F: Fixture>(fixture: &F) {
     fixture.declare(&name, 5).await;
     let headers = Headers::from_pairs([("tenant", "acme"), ("trace", "t-1")]);
     let malformed: &[u8] = &[0xff, b'{', b'"', 0x00];
-    fixture.publish(&name, Unit::new("poison-bytes", malformed.to_vec()).with_headers(headers.clone())).await;
-    fixture.publish(&name, Unit::new("poison-json", r#"{"key": 1}"#)).await;
-    fixture.publish(&name, Unit::new("refused", r#"{"key":"x","value":1,"reject":true}"#)).await;
-    fixture.publish(&name, Unit::new("fine", script("ok", 1))).await;
+    fixture
+        .publish(
+            &name,
+            Unit::new("poison-bytes", malformed.to_vec()).with_headers(headers.clone()),
+        )
+        .await;
+    fixture
+        .publish(&name, Unit::new("poison-json", r#"{"key": 1}"#))
+        .await;
+    fixture
+        .publish(
+            &name,
+            Unit::new("refused", r#"{"key":"x","value":1,"reject":true}"#),
+        )
+        .await;
+    fixture
+        .publish(&name, Unit::new("fine", script("ok", 1)))
+        .await;
     let store = Store::default();
-    consume_until(fixture, &name, &store, 5, "dead_letters_poison_directly_and_intact", |s| s.rows().contains_key("ok")).await;
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "dead_letters_poison_directly_and_intact",
+        |s| s.rows().contains_key("ok"),
+    )
+    .await;
     let dead = wait_dead_letters(fixture, &name, 3).await;
-    let find = |id: &str| dead.iter().find(|d| d.id == id).unwrap_or_else(|| panic!("{id} not in the dead letter: {dead:?}"));
+    let find = |id: &str| {
+        dead.iter()
+            .find(|d| d.id == id)
+            .unwrap_or_else(|| panic!("{id} not in the dead letter: {dead:?}"))
+    };
     let bytes = find("poison-bytes");
-    assert_eq!(bytes.payload.as_ref(), malformed, "payload intact, byte for byte");
+    assert_eq!(
+        bytes.payload.as_ref(),
+        malformed,
+        "payload intact, byte for byte"
+    );
     assert_eq!(bytes.reason, ReasonKind::Malformed);
     assert_eq!(bytes.delivery_count, 1, "never redelivered");
     for (name, value) in headers.iter() {
@@ -280,7 +370,11 @@ pub async fn dead_letters_poison_directly_and_intact<F: Fixture>(fixture: &F) {
     assert_eq!(find("poison-json").reason, ReasonKind::Malformed);
     assert_eq!(find("refused").reason, ReasonKind::Rejected);
     assert_eq!(find("refused").delivery_count, 1);
-    assert_eq!(store.runs_of("x"), [1], "a rejected unit is not redelivered");
+    assert_eq!(
+        store.runs_of("x"),
+        [1],
+        "a rejected unit is not redelivered"
+    );
 }
 
 /// Rule 3: the same unit delivered twice is applied once.
@@ -288,10 +382,20 @@ pub async fn a_second_delivery_changes_nothing<F: Fixture>(fixture: &F) {
     let name = queue("twice");
     fixture.declare(&name, 5).await;
     for _ in 0..2 {
-        fixture.publish(&name, Unit::new("twice-1", script("t", 42))).await;
+        fixture
+            .publish(&name, Unit::new("twice-1", script("t", 42)))
+            .await;
     }
     let store = Store::default();
-    consume_until(fixture, &name, &store, 5, "a_second_delivery_changes_nothing", |s| s.runs_of("t").len() == 2).await;
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "a_second_delivery_changes_nothing",
+        |s| s.runs_of("t").len() == 2,
+    )
+    .await;
     assert_eq!(store.rows().get("t"), Some(&42));
     assert_eq!(store.writes(), ["t"], "the second delivery wrote nothing");
 }
@@ -301,24 +405,54 @@ pub async fn a_second_delivery_changes_nothing<F: Fixture>(fixture: &F) {
 pub async fn a_crash_between_effect_and_ack_loses_nothing<F: Fixture>(fixture: &F) {
     let name = queue("crash");
     fixture.declare(&name, 5).await;
-    fixture.publish(&name, Unit::new("crash-1", r#"{"key":"c","value":9,"hang_after_effect_until":2}"#)).await;
+    fixture
+        .publish(
+            &name,
+            Unit::new(
+                "crash-1",
+                r#"{"key":"c","value":9,"hang_after_effect_until":2}"#,
+            ),
+        )
+        .await;
     let store = Store::default();
     // The first consumer applies the effect, then hangs before acknowledging; it is killed (its
     // task dropped with its source and handles) once the effect is there.
     let source = fixture.consume(&name).await;
     let crashed = tokio::spawn({
         let store = store.clone();
-        async move { Consumer::new(source).state(store).concurrency(1).max_deliveries(5).run(Scripted).await }
+        async move {
+            Consumer::new(source)
+                .state(store)
+                .concurrency(1)
+                .max_deliveries(5)
+                .run(Scripted)
+                .await
+        }
     });
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while !store.rows().contains_key("c") {
-        assert!(tokio::time::Instant::now() < deadline, "conformance `crash`: the effect never happened");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance `crash`: the effect never happened"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     crashed.abort();
     let _ = crashed.await;
-    consume_until(fixture, &name, &store, 5, "a_crash_between_effect_and_ack_loses_nothing", |s| s.runs_of("c").len() >= 2).await;
-    assert_eq!(store.runs_of("c"), [1, 2], "redelivered with the mechanism's count");
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "a_crash_between_effect_and_ack_loses_nothing",
+        |s| s.runs_of("c").len() >= 2,
+    )
+    .await;
+    assert_eq!(
+        store.runs_of("c"),
+        [1, 2],
+        "redelivered with the mechanism's count"
+    );
     assert_eq!(store.writes(), ["c"], "the redelivery changed nothing");
     assert!(fixture.dead_letters(&name).await.is_empty());
 }
@@ -330,7 +464,10 @@ async fn wait_dead_letters<F: Fixture>(fixture: &F, name: &str, n: usize) -> Vec
         if dead.len() >= n {
             return dead;
         }
-        assert!(tokio::time::Instant::now() < deadline, "conformance: expected {n} dead letters in {name}, found {dead:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance: expected {n} dead letters in {name}, found {dead:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

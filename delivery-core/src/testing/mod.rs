@@ -30,8 +30,6 @@
 //! # }
 //! ```
 
-pub mod conformance;
-
 use std::fmt::Debug;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -41,6 +39,9 @@ use futures_util::FutureExt;
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
 use crate::handler::Handler;
 use crate::unit::Unit;
+pub mod conformance;
+mod sign;
+pub use sign::{Signer, sign};
 
 /// Runs one delivery of `unit` through `handler` as the runtime would — decode, handler (a panic
 /// is a failure), decision under the default policy — and returns the disposition the runtime
