@@ -1,0 +1,75 @@
+//! RabbitMQ through lapin (feature `lapin`): a [`Source`](crate::Source) over a quorum queue, the
+//! topology helper that declares it, and the operator's view of its dead letter.
+//!
+//! - **Acknowledgement** is manual: `basic.qos` prefetch is set before `basic.consume`; a unit is
+//!   acked only once its handler resolved `Ok`. A failed unit is returned with
+//!   `basic.reject(requeue = true)` after the runtime's backoff (reject, not nack).
+//! - **The bound is the broker's**: the delivery count is the quorum queue's `x-delivery-count`
+//!   header (0 or absent on the first delivery), and the queue's `x-delivery-limit` with a
+//!   dead-letter exchange makes the broker dead-letter a unit past it ([`RabbitTopology`]).
+//! - **Poison goes to the dead letter directly**: published intact (body and properties, with
+//!   `x-dead-letter-reason`, `x-dead-letter-detail`, `x-dead-letter-source` and
+//!   `x-dead-letter-delivery-count` headers) on a confirm channel, and only once the broker
+//!   confirmed it, acked; otherwise returned.
+//! - **Recovery**: a lost connection or channel is reopened by [`RabbitSource::receive`] with a
+//!   backoff; units in flight at the loss come back from the broker.
+//! - **Operator side**: [`RabbitDeadLetters`] counts, peeks and redrives the dead letter.
+//!
+//! ```no_run
+//! use delivery::{consumer, Consumer, HandlerError, Json};
+//! use delivery::rabbitmq::{RabbitSource, RabbitTopology};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { order_id: String }
+//!
+//! #[consumer]
+//! async fn handle(Json(order): Json<Order>) -> Result<(), HandlerError> {
+//!     let _ = order.order_id;
+//!     Ok(())
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+//! let topology = RabbitTopology::new("orders").delivery_limit(4);
+//! delivery::rabbitmq::declare(url, &topology).await?;
+//! let source = RabbitSource::connect(url, topology).await?;
+//! Consumer::new(source).concurrency(16).run(handle).await;
+//! # Ok(()) }
+//! ```
+
+mod dead_letter;
+mod headers;
+mod publisher;
+mod source;
+mod topology;
+
+pub use dead_letter::{DeadLetterRecord, RabbitDeadLetters, RedriveReport, XDeath};
+pub use headers::{
+    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
+    HEADER_DEAD_LETTER_SOURCE, HEADER_DELIVERY_COUNT,
+};
+pub use publisher::ConfirmedPublisher;
+pub use source::{RabbitHandle, RabbitSource};
+pub use topology::{RabbitTopology, TopologyError};
+
+use lapin::{Connection, ConnectionProperties};
+
+use crate::transport::TransportError;
+
+/// Opens a connection to `url` (`amqp://user:pass@host:port/vhost`, the vhost URL-encoded).
+pub async fn connect(url: &str) -> Result<Connection, TransportError> {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .map_err(|e| TransportError::new("connecting to RabbitMQ", e))
+}
+
+/// Connects to `url` and declares `topology` ([`RabbitTopology::declare`]).
+pub async fn declare(
+    url: &str,
+    topology: &RabbitTopology,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let connection = connect(url).await?;
+    let declared = topology.declare(&connection).await;
+    let _ = connection.close(200, "declared".into()).await;
+    Ok(declared?)
+}

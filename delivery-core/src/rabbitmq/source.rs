@@ -1,0 +1,355 @@
+//! A consumer of one quorum queue, and the handle that settles each delivery.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::Acker;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection};
+use tokio::time::Instant;
+
+use super::headers::{self, text_value};
+use super::publisher::ConfirmedPublisher;
+use super::topology::RabbitTopology;
+use crate::disposition::Disposition;
+use crate::transport::{Settle, Source, TransportError};
+use crate::unit::Unit;
+
+/// A consumer of one RabbitMQ quorum queue (see the [module docs](super)).
+///
+/// It holds one connection and channel with manual acknowledgement and the topology's prefetch.
+/// If the connection or channel is lost, [`receive`](Source::receive) reports it once and then
+/// reopens them, waiting a growing backoff (100 ms doubling to 5 s) between attempts; the broker
+/// redelivers whatever was unacknowledged. Dropping the source closes its connection, which
+/// cancels the consumer and hands its unacknowledged units back to the broker.
+pub struct RabbitSource {
+    url: Arc<str>,
+    topology: RabbitTopology,
+    live: Option<Live>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    shared: Arc<Shared>,
+    consumer_tag: String,
+}
+
+struct Live {
+    // Field order is drop order: the consumer, then its channel, then the connection.
+    consumer: lapin::Consumer,
+    _channel: Channel,
+    connection: Connection,
+}
+
+struct Shared {
+    queue: String,
+    dead_letter_queue: String,
+    publisher: ConfirmedPublisher,
+    /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
+    /// so a source being dropped with them (a crash) leaves them to the connection's close and
+    /// the broker counts the return once.
+    dropped: std::sync::Mutex<Vec<Acker>>,
+}
+
+impl RabbitSource {
+    /// A source of `topology.queue` at `url`, connected and consuming before it returns, so a
+    /// wrong URL or a missing queue fails at start. Declare the topology first
+    /// ([`super::declare`]).
+    pub async fn connect(
+        url: impl Into<Arc<str>>,
+        topology: RabbitTopology,
+    ) -> Result<Self, TransportError> {
+        let mut source = RabbitSource::lazy(url, topology);
+        source.live = Some(source.open().await?);
+        Ok(source)
+    }
+
+    /// A source that connects on its first [`receive`](Source::receive).
+    pub fn lazy(url: impl Into<Arc<str>>, topology: RabbitTopology) -> Self {
+        let url = url.into();
+        RabbitSource {
+            shared: Arc::new(Shared {
+                queue: topology.queue.clone(),
+                dead_letter_queue: topology.dead_letter_queue_name(),
+                publisher: ConfirmedPublisher::new(url.clone()),
+                dropped: std::sync::Mutex::new(Vec::new()),
+            }),
+            consumer_tag: format!("delivery-{}-{}", std::process::id(), next_tag()),
+            url,
+            topology,
+            live: None,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The topology this source consumes.
+    pub fn topology(&self) -> &RabbitTopology {
+        &self.topology
+    }
+
+    async fn open(&self) -> Result<Live, TransportError> {
+        let connection = super::connect(&self.url).await?;
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| TransportError::new("opening a channel", e))?;
+        channel
+            .basic_qos(self.topology.prefetch.max(1), BasicQosOptions::default())
+            .await
+            .map_err(|e| TransportError::new("setting the prefetch (basic.qos)", e))?;
+        let consumer = channel
+            .basic_consume(
+                self.topology.queue.as_str().into(),
+                self.consumer_tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| TransportError::new("starting the consumer (basic.consume)", e))?;
+        Ok(Live {
+            consumer,
+            _channel: channel,
+            connection,
+        })
+    }
+
+    fn lost(&mut self, error: TransportError) -> TransportError {
+        if let Some(live) = self.live.take() {
+            drop(live);
+        }
+        self.failures = self.failures.saturating_add(1);
+        let wait =
+            Duration::from_millis(100u64 << self.failures.min(6)).min(Duration::from_secs(5));
+        self.retry_at = Some(Instant::now() + wait);
+        error
+    }
+
+    fn unit_of(&self, delivery: Delivery) -> (Unit, RabbitHandle) {
+        let Delivery {
+            data,
+            properties,
+            acker,
+            ..
+        } = delivery;
+        let headers = properties.headers().as_ref();
+        let id = headers::unit_id(&properties, &data);
+        let unit = Unit::new(id, data)
+            .with_delivery_count(headers::delivery_count(headers))
+            .with_headers(headers::unit_headers(headers));
+        let handle = RabbitHandle {
+            acker: Some(acker),
+            properties,
+            shared: self.shared.clone(),
+        };
+        (unit, handle)
+    }
+}
+
+fn next_tag() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Source for RabbitSource {
+    type Handle = RabbitHandle;
+
+    /// Cancel safe: a delivery is taken from lapin's consumer stream only when it is returned;
+    /// a cancelled reconnection is simply started again (and its half-open connection closed).
+    async fn receive(&mut self) -> Result<Option<(Unit, RabbitHandle)>, TransportError> {
+        let dropped = std::mem::take(
+            &mut *self
+                .shared
+                .dropped
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for acker in dropped {
+            tokio::spawn(async move {
+                let _ = acker.reject(BasicRejectOptions { requeue: true }).await;
+            });
+        }
+        if self.live.is_none() {
+            if let Some(at) = self.retry_at {
+                tokio::time::sleep_until(at).await;
+            }
+            match self.open().await {
+                Ok(live) => {
+                    if self.failures > 0 {
+                        tracing::info!(queue = %self.topology.queue, "reconnected; consuming again");
+                    }
+                    self.live = Some(live);
+                    self.failures = 0;
+                    self.retry_at = None;
+                }
+                Err(error) => return Err(self.lost(error)),
+            }
+        }
+        let live = self.live.as_mut().expect("opened above");
+        match live.consumer.next().await {
+            Some(Ok(delivery)) => Ok(Some(self.unit_of(delivery))),
+            Some(Err(error)) => Err(self.lost(TransportError::new("consuming", error))),
+            None => {
+                let connected = live.connection.status().connected();
+                Err(self.lost(TransportError::msg(
+                    "consuming",
+                    if connected {
+                        "the broker cancelled the consumer (queue deleted?); resubscribing"
+                    } else {
+                        "the connection was lost; reconnecting"
+                    },
+                )))
+            }
+        }
+    }
+
+    fn max_deliveries(&self) -> Option<NonZeroU32> {
+        Some(self.topology.max_deliveries())
+    }
+
+    fn name(&self) -> &str {
+        &self.topology.queue
+    }
+}
+
+/// The handle of one delivery from a [`RabbitSource`]. Only the runtime holds it.
+///
+/// Dropped unsettled, its delivery is rejected with `requeue = true` by the source's next
+/// `receive`; if the source is gone too, its connection's close hands the delivery back.
+pub struct RabbitHandle {
+    acker: Option<Acker>,
+    properties: BasicProperties,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RabbitHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitHandle")
+            .field("queue", &self.shared.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::marker::AckHandle for RabbitHandle {}
+
+/// `Ok(true)` is the only answer that says the frame was sent.
+fn sent(what: &'static str, result: lapin::Result<bool>) -> Result<(), TransportError> {
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(TransportError::msg(
+            what,
+            "not sent: the channel is closed or the delivery was already settled; the broker will deliver the unit again",
+        )),
+        Err(error) => Err(TransportError::new(what, error)),
+    }
+}
+
+async fn requeue(acker: &Acker) -> Result<(), TransportError> {
+    sent(
+        "returning the unit (basic.reject requeue)",
+        acker.reject(BasicRejectOptions { requeue: true }).await,
+    )
+}
+
+impl Settle for RabbitHandle {
+    async fn settle(
+        mut self,
+        unit: &Unit,
+        disposition: &Disposition,
+    ) -> Result<(), TransportError> {
+        let acker = self.acker.take().expect("a handle is settled once");
+        match disposition {
+            Disposition::Ack => sent(
+                "acknowledging (basic.ack)",
+                acker.ack(BasicAckOptions::default()).await,
+            ),
+            Disposition::Return { after } if after.is_zero() => requeue(&acker).await,
+            Disposition::Return { after } => {
+                // The wait holds the delivery (and its prefetch slot), not the handler's
+                // concurrency slot. If the channel goes meanwhile, the broker returns it anyway.
+                let after = *after;
+                let id = unit.id().clone();
+                let queue = self.shared.queue.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    if let Err(error) = requeue(&acker).await {
+                        tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
+                        metrics::counter!("delivery_settle_failed_total", "source" => queue)
+                            .increment(1);
+                    }
+                });
+                Ok(())
+            }
+            Disposition::DeadLetter(reason) => {
+                let count = unit.delivery_count().get();
+                let headers = headers::rewrite(
+                    self.properties.headers().as_ref(),
+                    [
+                        (
+                            headers::HEADER_DEAD_LETTER_REASON,
+                            text_value(reason.kind().as_str()),
+                        ),
+                        (
+                            headers::HEADER_DEAD_LETTER_DETAIL,
+                            text_value(reason.detail()),
+                        ),
+                        (
+                            headers::HEADER_DEAD_LETTER_SOURCE,
+                            text_value(&self.shared.queue),
+                        ),
+                        (
+                            headers::HEADER_DEAD_LETTER_DELIVERY_COUNT,
+                            AMQPValue::LongLongInt(i64::from(count)),
+                        ),
+                    ],
+                );
+                let properties = std::mem::take(&mut self.properties).with_headers(headers);
+                let moved = self
+                    .shared
+                    .publisher
+                    .publish(&self.shared.dead_letter_queue, unit.payload(), properties)
+                    .await;
+                match moved {
+                    Ok(()) => sent(
+                        "acknowledging a dead-lettered unit (basic.ack)",
+                        acker.ack(BasicAckOptions::default()).await,
+                    ),
+                    Err(error) => {
+                        // Not confirmed: return the unit rather than drop it.
+                        let returned = requeue(&acker).await;
+                        Err(TransportError::msg(
+                            "moving the unit to the dead letter",
+                            format!(
+                                "{error}; {}",
+                                match returned {
+                                    Ok(()) => "the unit was returned instead".to_owned(),
+                                    Err(e) => format!(
+                                        "returning it failed too ({e}); the broker will deliver it again"
+                                    ),
+                                }
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for RabbitHandle {
+    fn drop(&mut self) {
+        let Some(acker) = self.acker.take() else {
+            return;
+        };
+        if acker.usable() {
+            self.shared
+                .dropped
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(acker);
+        }
+    }
+}
