@@ -1,9 +1,9 @@
 //! The transport conformance suite against the in-memory broker.
 
 use bytes::Bytes;
+use delivery::Unit;
 use delivery::memory::{MemoryBroker, MemorySource, QueueConfig};
 use delivery::testing::conformance::{self, DeadLettered, Fixture};
-use delivery::Unit;
 
 struct Memory(MemoryBroker);
 
@@ -11,7 +11,9 @@ impl Fixture for Memory {
     type Source = MemorySource;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
-        self.0.declare(name, QueueConfig::default().max_deliveries(max_deliveries)).unwrap();
+        self.0
+            .declare(name, QueueConfig::default().max_deliveries(max_deliveries))
+            .unwrap();
     }
 
     async fn publish(&self, name: &str, unit: Unit) {
