@@ -84,15 +84,19 @@ fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT. The handlers are installed here, at startup, not when the future is first
+/// polled: a signal arriving before that would otherwise kill the process mid-effect.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received; shutting down");
     }
-    tracing::info!("signal received; shutting down");
 }
 
 #[tokio::main]

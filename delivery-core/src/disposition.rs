@@ -26,6 +26,18 @@ pub enum Outcome {
     Malformed(String),
 }
 
+impl Outcome {
+    /// The outcome of a handler that panicked with `panic` (the payload `catch_unwind` returns).
+    pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
+        let text = panic
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a non-text payload");
+        Outcome::Panicked(format!("handler panicked: {text}"))
+    }
+}
+
 /// What the runtime does with a unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Disposition {

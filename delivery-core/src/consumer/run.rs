@@ -4,7 +4,6 @@
 //! The common case — a unit already waiting, a handler that completes — goes through no `select!`,
 //! no allocation and no cancellation bookkeeping: each is only set up when something has to wait.
 
-use std::any::Any;
 use std::future::{Future, poll_fn};
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
@@ -51,7 +50,10 @@ where
     let mut report = Report::default();
     let mut inflight = FuturesUnordered::new();
     let mut receive_failures = 0u32;
-    let mut since_shutdown_check = 0u32;
+    // The first iteration looks at the shutdown signal at once: a signal future such as
+    // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal arriving before
+    // that would kill the process instead of stopping it.
+    let mut since_shutdown_check = 31u32;
 
     tracing::info!(
         source = source.name(),
@@ -212,13 +214,13 @@ fn start<S, H: Handler<S>>(
 ) -> Result<CatchUnwind<AssertUnwindSafe<impl Future<Output = Outcome>>>, Outcome> {
     match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(unit, state))) {
         Ok(call) => Ok(AssertUnwindSafe(call).catch_unwind()),
-        Err(panic) => Err(Outcome::Panicked(panic_message(&*panic))),
+        Err(panic) => Err(Outcome::panicked(&*panic)),
     }
 }
 
 #[inline]
 fn outcome_of(result: std::thread::Result<Outcome>) -> Outcome {
-    result.unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic)))
+    result.unwrap_or_else(|panic| Outcome::panicked(&*panic))
 }
 
 /// A unit whose handler was still running at the drain deadline: returned at once, never
@@ -264,13 +266,4 @@ where
     };
     let disposition = decide(&outcome, unit.delivery_count(), policy, unit.id());
     settle::apply(handle, &unit, &outcome, &disposition, counters).await
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a non-text payload");
-    format!("handler panicked: {text}")
 }

@@ -24,7 +24,6 @@
 //! per process for secrets from the environment), and a missing secret is answered with `500` and
 //! logged, with the variable's name, at `error` level once.
 
-use std::any::Any;
 use std::env::VarError;
 use std::fmt;
 use std::future::Future;
@@ -477,14 +476,14 @@ fn refused(webhook: &str, error: &VerifyError) -> Response {
 async fn run<H: WebhookHandler<S>, S>(handler: &H, unit: &Unit, state: &S) -> Outcome {
     let state = match std::panic::catch_unwind(AssertUnwindSafe(|| H::handler_state(state))) {
         Ok(state) => state,
-        Err(panic) => return Outcome::Panicked(panic_message(&*panic)),
+        Err(panic) => return Outcome::panicked(&*panic),
     };
     match std::panic::catch_unwind(AssertUnwindSafe(|| handler.run(unit, &state))) {
-        Err(panic) => Outcome::Panicked(panic_message(&*panic)),
+        Err(panic) => Outcome::panicked(&*panic),
         Ok(future) => AssertUnwindSafe(future)
             .catch_unwind()
             .await
-            .unwrap_or_else(|panic| Outcome::Panicked(panic_message(&*panic))),
+            .unwrap_or_else(|panic| Outcome::panicked(&*panic)),
     }
 }
 
@@ -548,15 +547,6 @@ fn respond(webhook: &str, unit: &Unit, outcome: &Outcome) -> Response {
         }
     };
     (status, text).into_response()
-}
-
-fn panic_message(panic: &(dyn Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a non-text payload");
-    format!("handler panicked: {text}")
 }
 
 /// The unit's id when the delivery carries none (a Slack slash command): derived from the
