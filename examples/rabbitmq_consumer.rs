@@ -101,6 +101,8 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // First of all, so a signal during start-up stops the consumer as soon as it starts.
+    let shutdown = shutdown_signal();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -135,7 +137,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .state(App { db })
         .concurrency(concurrency)
         .drain_deadline(Duration::from_secs(10))
-        .shutdown_on(shutdown_signal())
+        .shutdown_on(shutdown)
         .run(apply_order)
         .await;
     depth.abort();
