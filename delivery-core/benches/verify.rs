@@ -2,7 +2,7 @@
 //! (hmac 0.12, sha2 0.10, `verify_slice`'s constant-time comparison), for 1 KiB and 64 KiB bodies
 //! and the GitHub, Stripe and Standard Webhooks schemes.
 //!
-//!     CARGO_TARGET_DIR=/work/target-sign cargo bench -p delivery-core --bench verify
+//!     cargo bench -p delivery-core --bench verify
 //!
 //! Two baselines, both given the signature already decoded to bytes and reading no header:
 //!

@@ -16,8 +16,9 @@
 //!
 //! | feature | integration |
 //! |---|---|
-//! | `lapin` | RabbitMQ (lapin): its acknowledgement handles are refused as handler parameters |
-//! | `axum`, `postgres`, `sqlite`, `redis`, `nats`, `kafka`, `http` | reserved for their integrations |
+//! | `lapin` | RabbitMQ through lapin: [`rabbitmq`] (and lapin's acknowledgement handles are refused as handler parameters) |
+//! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
+//! | `postgres`, `sqlite`, `redis`, `nats`, `kafka`, `http` | reserved for their integrations |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;
