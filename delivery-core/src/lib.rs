@@ -4,7 +4,7 @@
 //!
 //! | where | what | rule |
 //! |---|---|---|
-//! | [`unit`] | the delivered unit: id, payload, delivery count, stamp, headers | 3, 4 |
+//! | [`unit`](mod@unit) | the delivered unit: id, payload, delivery count, stamp, headers | 3, 4 |
 //! | [`decide`] | the one decision: ack, return after backoff, or dead letter | 1, 2 |
 //! | [`consumer`] | the runtime loop; `consumer::settle` is where every unit is acknowledged | 1, 2 |
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
@@ -16,7 +16,7 @@
 //!
 //! | feature | integration |
 //! |---|---|
-//! | `lapin` | RabbitMQ through lapin: [`rabbitmq`] (and lapin's acknowledgement handles are refused as handler parameters) |
+//! | `lapin` | RabbitMQ through lapin: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters) |
 //! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
 //! | `postgres`, `sqlite`, `redis`, `nats`, `kafka`, `http` | reserved for their integrations |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
