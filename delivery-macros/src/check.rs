@@ -414,3 +414,42 @@ pub(crate) fn return_type<'a>(
     }
     Some(ty)
 }
+
+/// A binding named like the handler itself (`Json(push)` in `async fn push`) would resolve to the
+/// unit struct the attribute generates under that name, and rustc would report a confusing type
+/// mismatch; say what happened instead.
+/// Returns whether every binding is fine.
+pub(crate) fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
+    use syn::Pat;
+    let all = |pats: &mut dyn Iterator<Item = &Pat>| {
+        pats.fold(true, |ok, p| binding_names(p, handler, cx) && ok)
+    };
+    match pat {
+        Pat::Ident(binding) => {
+            let mut ok = true;
+            if binding.ident == *handler {
+                ok = false;
+                cx.error_spanned_by(
+                    &binding.ident,
+                    format!(
+                        "this binding is named like the handler, `{handler}`, which the attribute turns into a \
+                         unit struct of that name, so the pattern would match the struct instead of binding\n\
+                         help: rename the binding (or the handler)"
+                    ),
+                );
+            }
+            if let Some((_, sub)) = &binding.subpat {
+                ok = binding_names(sub, handler, cx) && ok;
+            }
+            ok
+        }
+        Pat::TupleStruct(p) => all(&mut p.elems.iter()),
+        Pat::Tuple(p) => all(&mut p.elems.iter()),
+        Pat::Struct(p) => all(&mut p.fields.iter().map(|f| &*f.pat)),
+        Pat::Reference(p) => binding_names(&p.pat, handler, cx),
+        Pat::Paren(p) => binding_names(&p.pat, handler, cx),
+        Pat::Type(p) => binding_names(&p.pat, handler, cx),
+        Pat::Slice(p) => all(&mut p.elems.iter()),
+        _ => true,
+    }
+}

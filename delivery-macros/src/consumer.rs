@@ -111,6 +111,13 @@ pub(crate) fn check_shape(function: &ItemFn, flavor: Flavor, cx: &Ctxt) -> bool 
             ok = false;
         }
     }
+    for input in &sig.inputs {
+        if let FnArg::Typed(typed) = input
+            && !check::binding_names(&typed.pat, &sig.ident, cx)
+        {
+            ok = false;
+        }
+    }
     ok
 }
 
