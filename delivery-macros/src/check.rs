@@ -421,8 +421,13 @@ pub(crate) fn return_type<'a>(
 /// Returns whether every binding is fine.
 pub(crate) fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
     use syn::Pat;
+    // Every binding is checked (no short circuit), so every offending one is reported.
     let all = |pats: &mut dyn Iterator<Item = &Pat>| {
-        pats.fold(true, |ok, p| binding_names(p, handler, cx) && ok)
+        let mut ok = true;
+        for p in pats {
+            ok &= binding_names(p, handler, cx);
+        }
+        ok
     };
     match pat {
         Pat::Ident(binding) => {
