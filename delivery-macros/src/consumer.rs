@@ -12,16 +12,9 @@ use crate::check;
 use crate::ctxt::Ctxt;
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let function: ItemFn = match syn::parse2(item.clone()) {
+    let function = match parse_handler(item, Flavor::Consumer) {
         Ok(function) => function,
-        Err(error) => {
-            let error = syn::Error::new(
-                error.span(),
-                format!("#[consumer] goes on an `async fn` handler: {error}"),
-            )
-            .to_compile_error();
-            return quote!(#item #error);
-        }
+        Err(errors) => return errors,
     };
     let cx = Ctxt::new();
     let args = Args::parse(attr, &cx);
@@ -49,6 +42,20 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             quote!(#expansion #errors)
         }
     }
+}
+
+/// The annotated item as a function, or the item unchanged plus an error saying what the attribute
+/// goes on.
+pub(crate) fn parse_handler(item: TokenStream, flavor: Flavor) -> Result<ItemFn, TokenStream> {
+    syn::parse2(item.clone()).map_err(|error| {
+        let noun = flavor.noun();
+        let error = syn::Error::new(
+            error.span(),
+            format!("#[{noun}] goes on an `async fn` handler: {error}"),
+        )
+        .to_compile_error();
+        quote!(#item #error)
+    })
 }
 
 /// Which attribute is expanding: the expansion below is shared, and differs only in how a

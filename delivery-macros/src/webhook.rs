@@ -71,16 +71,9 @@ struct StateSecret {
 }
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let function: ItemFn = match syn::parse2(item.clone()) {
+    let function = match consumer::parse_handler(item, Flavor::Webhook) {
         Ok(function) => function,
-        Err(error) => {
-            let error = syn::Error::new(
-                error.span(),
-                format!("#[webhook] goes on an `async fn` handler: {error}"),
-            )
-            .to_compile_error();
-            return quote!(#item #error);
-        }
+        Err(errors) => return errors,
     };
     let cx = Ctxt::new();
     let mut hook = Hook::default();

@@ -85,6 +85,20 @@ impl RabbitDeadLetters {
         &self.dead_letter_queue
     }
 
+    /// The next unit at the head of the dead letter, taken without acknowledgement.
+    async fn get(
+        &self,
+        channel: &Channel,
+    ) -> Result<Option<lapin::message::BasicGetMessage>, TransportError> {
+        channel
+            .basic_get(
+                self.dead_letter_queue.as_str().into(),
+                BasicGetOptions { no_ack: false },
+            )
+            .await
+            .map_err(|e| TransportError::new("reading the dead letter (basic.get)", e))
+    }
+
     async fn open(&self) -> Result<(Connection, Channel), TransportError> {
         let connection = super::connect(&self.url).await?;
         let channel = connection
@@ -137,13 +151,7 @@ impl RabbitDeadLetters {
         let mut records = Vec::new();
         let result = async {
             while records.len() < n {
-                let got = channel
-                    .basic_get(
-                        self.dead_letter_queue.as_str().into(),
-                        BasicGetOptions { no_ack: false },
-                    )
-                    .await
-                    .map_err(|e| TransportError::new("reading the dead letter (basic.get)", e))?;
+                let got = self.get(&channel).await?;
                 let Some(message) = got else { break };
                 records.push(record(message.delivery.properties, message.delivery.data));
             }
@@ -168,13 +176,7 @@ impl RabbitDeadLetters {
         let mut report = RedriveReport::default();
         let result = async {
             loop {
-                let got = channel
-                    .basic_get(
-                        self.dead_letter_queue.as_str().into(),
-                        BasicGetOptions { no_ack: false },
-                    )
-                    .await
-                    .map_err(|e| TransportError::new("reading the dead letter (basic.get)", e))?;
+                let got = self.get(&channel).await?;
                 let Some(message) = got else { break };
                 let acker = message.delivery.acker;
                 let record = record(message.delivery.properties, message.delivery.data);
