@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 /// Any error, boxed: what [`HandlerError::retry`] and [`HandlerError::reject`] take.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -44,6 +45,7 @@ pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
 pub struct HandlerError {
     kind: FailureKind,
     source: BoxError,
+    delay: Option<Duration>,
 }
 
 /// Whether a failure may pass on redelivery.
@@ -67,6 +69,7 @@ impl HandlerError {
         HandlerError {
             kind: FailureKind::Retry,
             source: error.into(),
+            delay: None,
         }
     }
 
@@ -79,7 +82,20 @@ impl HandlerError {
         HandlerError {
             kind: FailureKind::Reject,
             source: error.into(),
+            delay: None,
         }
+    }
+
+    /// Asks for the next attempt no sooner than `delay` from now — a receiver's `Retry-After`.
+    /// The backoff still applies: the wait is the longer of the two. Meaningless on a reject.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The delay asked for with [`after`](Self::after), if any.
+    pub fn delay(&self) -> Option<Duration> {
+        self.delay
     }
 
     /// Whether the unit should be returned for redelivery.
@@ -123,6 +139,7 @@ impl fmt::Debug for HandlerError {
         f.debug_struct("HandlerError")
             .field("kind", &self.kind)
             .field("source", &self.source)
+            .field("delay", &self.delay)
             .finish()
     }
 }

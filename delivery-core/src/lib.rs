@@ -28,8 +28,13 @@ pub mod extract;
 mod handler;
 pub mod marker;
 pub mod memory;
+#[cfg(feature = "nats")]
+pub mod nats;
+pub mod outbox;
 #[cfg(feature = "lapin")]
 pub mod rabbitmq;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod testing;
 pub mod transport;
 pub mod unit;
@@ -44,6 +49,7 @@ pub use error::{FailureKind, HandlerError};
 pub use extract::{FromUnit, Json, Malformed, State};
 pub use handler::{Handler, IntoOutcome};
 pub use marker::{AckHandle, Clock, Minter};
+pub use outbox::{OutboxRecord, Receipt, RecordId};
 pub use transport::{Settle, Source, TransportError};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 

@@ -1,0 +1,1 @@
+//! NATS JetStream pull consumers (feature `nats`).
