@@ -8,3 +8,5 @@ mod record;
 pub use record::{
     Attempt, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
 };
+
+pub mod sink;

@@ -258,3 +258,15 @@ pub trait Relay<S>: Send + Sync + 'static {
     /// Resolves the parameters from `record` and `state`, then runs the function.
     fn call(&self, record: &Record, state: &S) -> impl Future<Output = Attempt> + Send + 'static;
 }
+
+impl AsRef<Record> for Record {
+    fn as_ref(&self) -> &Record {
+        self
+    }
+}
+
+impl<T> AsRef<Record> for OutboxRecord<T> {
+    fn as_ref(&self) -> &Record {
+        &self.record
+    }
+}

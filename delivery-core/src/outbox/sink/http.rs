@@ -1,0 +1,1 @@
+//! HTTP sink (reqwest): POST with `Idempotency-Key: <record id>`.

@@ -1,0 +1,12 @@
+//! Sinks: where a relay function sends a record, and the only makers of a [`Receipt`](super::Receipt).
+//! Each sends under the record's own id and returns a receipt only once the receiver confirmed.
+
+#[cfg(feature = "http")]
+mod http;
+#[cfg(feature = "lapin")]
+mod rabbitmq;
+
+#[cfg(feature = "http")]
+pub use http::*;
+#[cfg(feature = "lapin")]
+pub use rabbitmq::*;

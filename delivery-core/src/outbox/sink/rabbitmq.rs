@@ -1,0 +1,1 @@
+//! RabbitMQ sink: persistent, mandatory publishes under publisher confirms, pipelined.
