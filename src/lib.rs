@@ -308,3 +308,32 @@ pub use delivery_macros::consumer;
 /// attribute, which list what is accepted.
 #[cfg(feature = "axum")]
 pub use delivery_macros::webhook;
+
+/// Turns an `async fn(record: OutboxRecord<T>, ..) -> Result<Receipt, E>` into a relay function
+/// the outbox relay runs (rule 6).
+///
+/// The relay claims pending outbox records and calls the function once per attempt, under the
+/// record's own id; it marks a record delivered only for the [`Receipt`] the function returns —
+/// and only a sink makes one, once the receiver confirmed. A failure (`?`,
+/// [`HandlerError::retry`]) is retried after a backoff, counted in the record;
+/// [`HandlerError::reject`] and a payload that does not decode mark the record dead at once.
+///
+/// Parameters are relay extractors ([`outbox::FromRecord`]): [`OutboxRecord<T>`] (the record with
+/// its JSON payload decoded), [`State<S>`], [`RecordId`]. The checks of [`consumer`] apply: no
+/// clock or id minter as a parameter or in the body, no acknowledgement handle — and the function
+/// must return `Result<Receipt, E>`:
+///
+/// ```compile_fail
+/// # use delivery::{HandlerError, OutboxRecord, relay};
+/// # #[derive(serde::Deserialize)] struct OrderPlaced { order_id: String }
+/// #[relay]
+/// async fn announce(record: OutboxRecord<OrderPlaced>) -> Result<(), HandlerError> {
+///     // error: a relay function returning `Result<(), HandlerError>` does not prove the
+///     // receiver confirmed the record (rule 6)
+///     Ok(())
+/// }
+/// ```
+///
+/// # Arguments
+/// `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`].
+pub use delivery_macros::relay;

@@ -76,6 +76,18 @@ pub mod __private {
     #[inline]
     pub fn assert_extractor<T: FromUnit<S>, S>() {}
 
+    pub use crate::outbox::{Attempt, FromRecord, IntoAttempt, Record, Relay};
+
+    /// Extracts one relay function parameter, or ends the attempt as malformed.
+    #[inline]
+    pub fn extract_record<T: FromRecord<S>, S>(record: &Record, state: &S) -> Result<T, Malformed> {
+        T::from_record(record, state)
+    }
+
+    /// Checks at the definition that a parameter type is a relay extractor for the state `S`.
+    #[inline]
+    pub fn assert_record_extractor<T: FromRecord<S>, S>() {}
+
     /// Turns a decode failure into the run's outcome.
     #[inline]
     pub fn malformed(error: Malformed) -> Outcome {

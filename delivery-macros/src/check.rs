@@ -356,9 +356,20 @@ fn report(cx: &Ctxt, start: Span, end: Span, message: String) {
 pub(crate) fn return_type<'a>(
     output: &'a ReturnType,
     name: &syn::Ident,
+    relay: bool,
     cx: &Ctxt,
 ) -> Option<&'a Type> {
     let ty = match output {
+        ReturnType::Default if relay => {
+            cx.error_spanned_by(
+                name,
+                format!(
+                    "`{name}` returns `()`, which proves nothing: the relay would mark a record delivered that no receiver confirmed (rule 6)\n\
+                     help: return `Result<Receipt, HandlerError>`, the `Receipt` coming from a sink's `send(..).await?`"
+                ),
+            );
+            return None;
+        }
         ReturnType::Default => {
             cx.error_spanned_by(
                 name,
@@ -401,6 +412,17 @@ pub(crate) fn return_type<'a>(
         }
         _ => false,
     };
+    if cannot_fail && relay {
+        cx.error_spanned_by(
+            ty,
+            format!(
+                "a relay function returning `{}` proves nothing: the relay would mark a record delivered that no receiver confirmed (rule 6)\n\
+                 help: return `Result<Receipt, HandlerError>`, the `Receipt` coming from a sink's `send(..).await?`",
+                ty.to_token_stream().to_string().replace(' ', "")
+            ),
+        );
+        return None;
+    }
     if cannot_fail {
         cx.error_spanned_by(
             ty,

@@ -11,15 +11,15 @@ use crate::attr::Args;
 use crate::check;
 use crate::ctxt::Ctxt;
 
-pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let function = match parse_handler(item, Flavor::Consumer) {
+pub(crate) fn expand(attr: TokenStream, item: TokenStream, flavor: Flavor) -> TokenStream {
+    let function = match parse_handler(item, flavor) {
         Ok(function) => function,
         Err(errors) => return errors,
     };
     let cx = Ctxt::new();
     let args = Args::parse(attr, &cx);
-    let shape_ok = check_shape(&function, Flavor::Consumer, &cx);
-    let checked = shape_ok.then(|| check_signature(&function, &args, &cx));
+    let shape_ok = check_shape(&function, flavor, &cx);
+    let checked = shape_ok.then(|| check_signature(&function, &args, flavor, &cx));
     let errors = cx.check().err();
     match checked {
         // The function cannot become a handler at all: keep it as written so an IDE still knows
@@ -32,13 +32,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
         // Errors, if any, are reported; the handler type is still generated (with the checks that
         // still apply) so the places that use it raise no second, misleading error.
         Some(checked) => {
-            let expansion = expand_checked(
-                &function,
-                &args,
-                &checked,
-                errors.is_some(),
-                Flavor::Consumer,
-            );
+            let expansion = expand_checked(&function, &args, &checked, errors.is_some(), flavor);
             quote!(#expansion #errors)
         }
     }
@@ -59,18 +53,22 @@ pub(crate) fn parse_handler(item: TokenStream, flavor: Flavor) -> Result<ItemFn,
 }
 
 /// Which attribute is expanding: the expansion below is shared, and differs only in how a
-/// parameter is extracted (a webhook refuses axum's body extractors with rule 5's message).
+/// parameter is extracted (a webhook refuses axum's body extractors with rule 5's message; a
+/// relay function's parameters come from the outbox record) and in what the function returns (a
+/// relay function returns the sink's `Receipt`, rule 6).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flavor {
     Consumer,
     Webhook,
+    Relay,
 }
 
 impl Flavor {
-    fn noun(self) -> &'static str {
+    pub(crate) fn noun(self) -> &'static str {
         match self {
             Flavor::Consumer => "consumer",
             Flavor::Webhook => "webhook",
+            Flavor::Relay => "relay",
         }
     }
 }
@@ -128,7 +126,12 @@ pub(crate) fn check_shape(function: &ItemFn, flavor: Flavor, cx: &Ctxt) -> bool 
     ok
 }
 
-pub(crate) fn check_signature(function: &ItemFn, args: &Args, cx: &Ctxt) -> Checked {
+pub(crate) fn check_signature(
+    function: &ItemFn,
+    args: &Args,
+    flavor: Flavor,
+    cx: &Ctxt,
+) -> Checked {
     let sig = &function.sig;
     let allow_clock = args.allow_clock.is_some();
     let mut params = Vec::new();
@@ -159,7 +162,7 @@ pub(crate) fn check_signature(function: &ItemFn, args: &Args, cx: &Ctxt) -> Chec
         });
     }
     check::body(function.block.to_token_stream(), allow_clock, cx);
-    let output = check::return_type(&sig.output, &sig.ident, cx).cloned();
+    let output = check::return_type(&sig.output, &sig.ident, flavor == Flavor::Relay, cx).cloned();
     Checked {
         params,
         state,
@@ -286,9 +289,13 @@ pub(crate) fn expand_checked(
     let (impl_generics, state_ty, where_clause) = match &checked.state {
         Some(ty) => (quote!(), quote!(#ty), quote!()),
         None => {
+            let extractor_trait = match flavor {
+                Flavor::Relay => quote!(#private::FromRecord),
+                Flavor::Consumer | Flavor::Webhook => quote!(#private::FromUnit),
+            };
             let bounds = checked.params.iter().map(|p| {
                 let ty = &p.ty;
-                quote!(#ty: #private::FromUnit<__DeliveryState>,)
+                quote!(#ty: #extractor_trait<__DeliveryState>,)
             });
             (
                 quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>),
@@ -337,6 +344,9 @@ pub(crate) fn expand_checked(
             Flavor::Consumer => {
                 quote_spanned!(start=> #private::assert_extractor::<#ty, #check_state>();)
             }
+            Flavor::Relay => {
+                quote_spanned!(start=> #private::assert_record_extractor::<#ty, #check_state>();)
+            }
             Flavor::Webhook => {
                 let check = crate::webhook::extractor(&krate, ty, &check_state);
                 quote!(let _ = #check;)
@@ -354,6 +364,20 @@ pub(crate) fn expand_checked(
     // report a failure is refused here.
     let outcome_fn = checked.output.as_ref().map(|ty| {
         let (start, end) = span_range(ty);
+        if flavor == Flavor::Relay {
+            let convert = call_spanning(
+                start,
+                end,
+                quote!(#private::IntoAttempt::into_attempt),
+                quote!(__delivery_returned),
+            );
+            return quote! {
+                #[allow(dead_code)]
+                fn __delivery_outcome(__delivery_returned: #ty) -> #private::Attempt {
+                    #convert
+                }
+            };
+        }
         let convert = call_spanning(
             start,
             end,
@@ -375,6 +399,10 @@ pub(crate) fn expand_checked(
         let message = format!("#[{}] reported errors", flavor.noun());
         quote!(async { ::core::unreachable!(#message) })
     } else {
+        let malformed = match flavor {
+            Flavor::Relay => quote!(#private::Attempt::Malformed),
+            Flavor::Consumer | Flavor::Webhook => quote!(#private::malformed),
+        };
         let bindings: Vec<_> = (0..checked.params.len())
             .map(|i| format_ident!("__delivery_arg{}", i))
             .collect();
@@ -384,6 +412,10 @@ pub(crate) fn expand_checked(
             let call = match flavor {
                 Flavor::Consumer => {
                     let path = quote!(#private::extract::<#ty, #state_ty>);
+                    call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state))
+                }
+                Flavor::Relay => {
+                    let path = quote!(#private::extract_record::<#ty, #state_ty>);
                     call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state))
                 }
                 Flavor::Webhook => {
@@ -402,7 +434,7 @@ pub(crate) fn expand_checked(
                     ::core::result::Result::Ok((#(#bindings,)*)) => {
                         __delivery_outcome(#name::handle(#(#bindings),*).await)
                     }
-                    ::core::result::Result::Err(__delivery_error) => #private::malformed(__delivery_error),
+                    ::core::result::Result::Err(__delivery_error) => #malformed(__delivery_error),
                 }
             }
         }
@@ -415,9 +447,38 @@ pub(crate) fn expand_checked(
         );
         quote!(#[doc = ""] #[doc = #text])
     });
-    let handle_doc = format!(
-        " The handler `{name}` as written. Call it directly in tests; the runtime calls it through `Handler`."
-    );
+    let handle_doc = match flavor {
+        Flavor::Relay => format!(
+            " The relay function `{name}` as written. Call it directly in tests; the relay calls it through `Relay`."
+        ),
+        Flavor::Consumer | Flavor::Webhook => format!(
+            " The handler `{name}` as written. Call it directly in tests; the runtime calls it through `Handler`."
+        ),
+    };
+    let trait_impl = match flavor {
+        Flavor::Relay => quote! {
+            impl #impl_generics #private::Relay<#state_ty> for #name #where_clause {
+                fn call(
+                    &self,
+                    __delivery_unit: &#private::Record,
+                    __delivery_state: &#state_ty,
+                ) -> impl ::core::future::Future<Output = #private::Attempt> + ::core::marker::Send + 'static {
+                    #call_body
+                }
+            }
+        },
+        Flavor::Consumer | Flavor::Webhook => quote! {
+            impl #impl_generics #private::Handler<#state_ty> for #name #where_clause {
+                fn call(
+                    &self,
+                    __delivery_unit: &#private::Unit,
+                    __delivery_state: &#state_ty,
+                ) -> impl ::core::future::Future<Output = #private::Outcome> + ::core::marker::Send + 'static {
+                    #call_body
+                }
+            }
+        },
+    };
 
     quote! {
         #(#cfgs)*
@@ -448,15 +509,7 @@ pub(crate) fn expand_checked(
 
             #outcome_fn
 
-            impl #impl_generics #private::Handler<#state_ty> for #name #where_clause {
-                fn call(
-                    &self,
-                    __delivery_unit: &#private::Unit,
-                    __delivery_state: &#state_ty,
-                ) -> impl ::core::future::Future<Output = #private::Outcome> + ::core::marker::Send + 'static {
-                    #call_body
-                }
-            }
+            #trait_impl
         };
     }
 }

@@ -81,7 +81,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     hook.require(&cx);
     let shape_ok = consumer::check_shape(&function, Flavor::Webhook, &cx);
     let checked = shape_ok.then(|| {
-        let mut checked = consumer::check_signature(&function, &args, &cx);
+        let mut checked = consumer::check_signature(&function, &args, Flavor::Webhook, &cx);
         check_raw_body(&function, &mut checked, &cx);
         checked
     });
