@@ -152,3 +152,40 @@ proptest! {
         prop_assert!(next <= Duration::from_secs(30));
     }
 }
+
+/// Rule 1: a short outage of a dependency must not burn the bound. With the default policy on a
+/// quorum queue with `x-delivery-limit = 5` (6 deliveries, 5 returns), the waits add up to more
+/// than a dependency restart takes, whatever the jitter.
+#[test]
+fn the_default_backoff_outlasts_a_short_outage() {
+    let backoff = Backoff::default();
+    for n in 0..1000 {
+        let id = UnitId::new(format!("unit-{n}"));
+        let waited: Duration = (1..=5)
+            .map(|count| backoff.delay(DeliveryCount::new(count), &id))
+            .sum();
+        assert!(
+            waited >= Duration::from_secs(15),
+            "{id:?} waits only {waited:?}"
+        );
+        let first_four: Duration = (1..=4)
+            .map(|count| backoff.delay(DeliveryCount::new(count), &id))
+            .sum();
+        assert!(
+            first_four >= Duration::from_secs(4),
+            "{id:?} waits only {first_four:?}"
+        );
+    }
+    assert_eq!(
+        Backoff::default()
+            .without_jitter()
+            .delay(DeliveryCount::new(1), &UnitId::new("u")),
+        Duration::from_millis(100)
+    );
+    assert_eq!(
+        Backoff::default()
+            .without_jitter()
+            .delay(DeliveryCount::new(9), &UnitId::new("u")),
+        Duration::from_secs(30)
+    );
+}

@@ -114,7 +114,7 @@ impl<Src: Source, S> Consumer<Src, S> {
         self
     }
 
-    /// The wait before a returned unit is delivered again (default: 100 ms doubling to 30 s).
+    /// The wait before a returned unit is delivered again (default: from 100 ms, four-fold per delivery, to 30 s: see [`Backoff`]).
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
         self
