@@ -23,6 +23,8 @@ struct Rabbit {
     suffix: String,
     publisher: ConfirmedPublisher,
     declared: Mutex<Vec<RabbitTopology>>,
+    /// Classic queues: the count travels with the unit.
+    classic: bool,
 }
 
 impl Rabbit {
@@ -45,11 +47,24 @@ impl Rabbit {
                 RUN.fetch_add(1, Ordering::Relaxed)
             ),
             declared: Mutex::new(Vec::new()),
+            classic: false,
+        }
+    }
+
+    async fn classic() -> Self {
+        Rabbit {
+            classic: true,
+            ..Rabbit::new().await
         }
     }
 
     fn topology(&self, name: &str) -> RabbitTopology {
-        RabbitTopology::new(format!("{name}.{}", self.suffix))
+        let topology = RabbitTopology::new(format!("{name}.{}", self.suffix));
+        if self.classic {
+            topology.classic()
+        } else {
+            topology
+        }
     }
 
     async fn delete(&self, topology: &RabbitTopology) {
@@ -144,6 +159,15 @@ impl Fixture for Rabbit {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_passes_the_conformance_suite() {
     let rabbit = Rabbit::new().await;
+    conformance::run_all(&rabbit).await;
+    rabbit.cleanup().await;
+}
+
+/// A classic queue keeps no delivery count: the count travels with the unit (a confirmed copy
+/// carrying it replaces each returned unit), and the suite passes unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classic_queue_passes_the_conformance_suite() {
+    let rabbit = Rabbit::classic().await;
     conformance::run_all(&rabbit).await;
     rabbit.cleanup().await;
 }

@@ -7,6 +7,9 @@
 //! - **The bound is the broker's**: the delivery count is the quorum queue's `x-delivery-count`
 //!   header (0 or absent on the first delivery), and the queue's `x-delivery-limit` with a
 //!   dead-letter exchange makes the broker dead-letter a unit past it ([`RabbitTopology`]).
+//!   On a classic queue, which keeps no count, the count travels with the unit: a return is a
+//!   confirmed copy carrying the incremented count, then an ack of the original
+//!   ([`QueueType::Classic`]).
 //! - **Poison goes to the dead letter directly**: published intact (body and properties, with
 //!   `x-dead-letter-reason`, `x-dead-letter-detail`, `x-dead-letter-source` and
 //!   `x-dead-letter-delivery-count` headers) on a confirm channel, and only once the broker
@@ -50,7 +53,7 @@ pub use headers::{
 };
 pub use publisher::ConfirmedPublisher;
 pub use source::{RabbitHandle, RabbitSource};
-pub use topology::{RabbitTopology, TopologyError};
+pub use topology::{QueueType, RabbitTopology, TopologyError};
 
 use lapin::{Connection, ConnectionProperties};
 

@@ -11,10 +11,12 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, Basi
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::headers::{self, text_value};
 use super::publisher::ConfirmedPublisher;
-use super::topology::RabbitTopology;
+use super::topology::{QueueType, RabbitTopology};
 use crate::disposition::Disposition;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
@@ -39,7 +41,7 @@ pub struct RabbitSource {
 struct Live {
     // Field order is drop order: the consumer, then its channel, then the connection.
     consumer: lapin::Consumer,
-    _channel: Channel,
+    channel: Channel,
     connection: Connection,
 }
 
@@ -47,6 +49,13 @@ struct Shared {
     queue: String,
     dead_letter_queue: String,
     publisher: ConfirmedPublisher,
+    /// A classic queue: the count travels with the unit, and a return is a confirmed copy.
+    classic: bool,
+    /// Classic returns waiting out their backoff: each must publish its copy and ack its
+    /// original on the channel it came from, so the source keeps that channel open for them
+    /// when it is dropped, and tells them to stop waiting.
+    returns: TaskTracker,
+    closing: CancellationToken,
     /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
     /// so a source being dropped with them (a crash) leaves them to the connection's close and
     /// the broker counts the return once.
@@ -74,6 +83,9 @@ impl RabbitSource {
                 queue: topology.queue.clone(),
                 dead_letter_queue: topology.dead_letter_queue_name(),
                 publisher: ConfirmedPublisher::new(url.clone()),
+                classic: topology.queue_type == QueueType::Classic,
+                returns: TaskTracker::new(),
+                closing: CancellationToken::new(),
                 dropped: std::sync::Mutex::new(Vec::new()),
             }),
             consumer_tag: format!("delivery-{}-{}", std::process::id(), next_tag()),
@@ -111,7 +123,7 @@ impl RabbitSource {
             .map_err(|e| TransportError::new("starting the consumer (basic.consume)", e))?;
         Ok(Live {
             consumer,
-            _channel: channel,
+            channel,
             connection,
         })
     }
@@ -132,12 +144,19 @@ impl RabbitSource {
             data,
             properties,
             acker,
+            redelivered,
             ..
         } = delivery;
         let headers = properties.headers().as_ref();
         let id = headers::unit_id(&properties, &data);
+        let mut count = headers::delivery_count(headers);
+        if self.shared.classic && redelivered {
+            // The broker delivered this copy before (its consumer went away): one more delivery
+            // than the copy carries.
+            count = count.next();
+        }
         let unit = Unit::new(id, data)
-            .with_delivery_count(headers::delivery_count(headers))
+            .with_delivery_count(count)
             .with_headers(headers::unit_headers(headers));
         let handle = RabbitHandle {
             acker: Some(acker),
@@ -145,6 +164,37 @@ impl RabbitSource {
             shared: self.shared.clone(),
         };
         (unit, handle)
+    }
+}
+
+impl Drop for RabbitSource {
+    /// Classic returns still waiting out their backoff are completed at once (copy, then ack)
+    /// before the connection closes; otherwise the broker would hand back the original while its
+    /// copy is published too.
+    fn drop(&mut self) {
+        if self.shared.returns.is_empty() {
+            return;
+        }
+        let live = self.live.take();
+        let shared = self.shared.clone();
+        let tag = std::mem::take(&mut self.consumer_tag);
+        shared.returns.close();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                // Unsubscribe first, so the copies go to the next consumer, not to this one.
+                if let Some(live) = &live {
+                    let _ = live
+                        .channel
+                        .basic_cancel(tag.as_str().into(), Default::default())
+                        .await;
+                }
+                shared.closing.cancel();
+                let _ = tokio::time::timeout(Duration::from_secs(30), shared.returns.wait()).await;
+                drop(live);
+            });
+        } else {
+            self.shared.closing.cancel();
+        }
     }
 }
 
@@ -266,6 +316,27 @@ impl Settle for RabbitHandle {
                 "acknowledging (basic.ack)",
                 acker.ack(BasicAckOptions::default()).await,
             ),
+            Disposition::Return { after } if self.shared.classic => {
+                // The count travels with the unit: a copy carrying it goes to the back of the
+                // queue, confirmed, and only then is the original acknowledged.
+                let after = *after;
+                let properties = std::mem::take(&mut self.properties);
+                let unit = unit.clone();
+                let shared = self.shared.clone();
+                self.shared.returns.spawn(async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(after) => {}
+                        // The source is going away: return the unit now, while its channel is open.
+                        () = shared.closing.cancelled() => {}
+                    }
+                    if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
+                        tracing::warn!(unit.id = %unit.id(), queue = shared.queue, %error, "could not return the unit after its backoff");
+                        metrics::counter!("delivery_settle_failed_total", "source" => shared.queue.clone())
+                            .increment(1);
+                    }
+                });
+                Ok(())
+            }
             Disposition::Return { after } if after.is_zero() => requeue(&acker).await,
             Disposition::Return { after } => {
                 // The wait holds the delivery (and its prefetch slot), not the handler's
@@ -335,6 +406,50 @@ impl Settle for RabbitHandle {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Returns a unit of a classic queue: publishes a copy carrying its delivery count (the number
+/// of deliveries so far) under a confirm, then acknowledges the original. If the copy is not
+/// confirmed, the original is requeued instead (its count then stays, but nothing is lost).
+async fn return_copy(
+    shared: &Shared,
+    unit: &Unit,
+    properties: BasicProperties,
+    acker: &Acker,
+) -> Result<(), TransportError> {
+    let headers = headers::rewrite(
+        properties.headers().as_ref(),
+        [(
+            headers::HEADER_DELIVERY_COUNT,
+            AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
+        )],
+    );
+    let copied = shared
+        .publisher
+        .publish(
+            &shared.queue,
+            unit.payload(),
+            properties.with_headers(headers),
+        )
+        .await;
+    match copied {
+        Ok(()) => sent(
+            "acknowledging a returned unit's original (basic.ack)",
+            acker.ack(BasicAckOptions::default()).await,
+        ),
+        Err(error) => {
+            let requeued = requeue(acker).await;
+            Err(TransportError::msg(
+                "returning the unit as a copy",
+                match requeued {
+                    Ok(()) => format!("{error}; the original was requeued instead"),
+                    Err(e) => format!(
+                        "{error}; requeueing failed too ({e}); the broker will deliver it again"
+                    ),
+                },
+            ))
         }
     }
 }

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 /// With `delivery_limit = N` a unit is delivered at most `N + 1` times: the broker counts each
 /// return in the `x-delivery-count` header and dead-letters a unit returned past the limit.
 ///
+/// A classic queue ([`QueueType::Classic`]) keeps no count, so the count travels with the unit:
+/// a failed unit is returned by publishing a copy with the incremented `x-delivery-count` header
+/// to the back of the queue under a publisher confirm, and only then acknowledging the original;
+/// the consumer dead-letters it on its last allowed delivery. A crash between the two leaves both
+/// copies (a duplicate, never a loss); a unit redelivered by the broker itself (its consumer
+/// went away) counts one more delivery than it carries.
+///
 /// ```
 /// use delivery_core::rabbitmq::RabbitTopology;
 ///
@@ -42,6 +49,23 @@ pub struct RabbitTopology {
     /// Unacknowledged units the broker sends a consumer ahead (`basic.qos`). Default 32.
     #[serde(default = "default_prefetch")]
     pub prefetch: u16,
+    /// The kind of queue: `quorum` (default; the broker counts deliveries) or `classic` (the
+    /// count travels with the unit).
+    #[serde(default)]
+    pub queue_type: QueueType,
+}
+
+/// Which kind of RabbitMQ queue carries the units, which decides who keeps the delivery count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueType {
+    /// A quorum queue: the broker counts deliveries (`x-delivery-count`) and dead-letters past
+    /// `x-delivery-limit`.
+    #[default]
+    Quorum,
+    /// A classic queue: no broker count; the consumer returns a failed unit as a confirmed copy
+    /// carrying the incremented count, and dead-letters it at the bound itself.
+    Classic,
 }
 
 fn default_delivery_limit() -> u32 {
@@ -62,7 +86,15 @@ impl RabbitTopology {
             dead_letter_queue: None,
             dead_letter_exchange: None,
             prefetch: default_prefetch(),
+            queue_type: QueueType::Quorum,
         }
+    }
+
+    /// A classic queue instead of a quorum queue: the count travels with the unit
+    /// ([`QueueType::Classic`]).
+    pub fn classic(mut self) -> Self {
+        self.queue_type = QueueType::Classic;
+        self
     }
 
     /// Sets the `x-delivery-limit` (returns allowed; deliveries are `limit + 1`).
@@ -111,6 +143,11 @@ impl RabbitTopology {
     /// The consumed queue's arguments, exactly as declared.
     pub fn queue_arguments(&self) -> FieldTable {
         let mut args = FieldTable::default();
+        if self.queue_type == QueueType::Classic {
+            // No broker count, so no broker bound: the consumer enforces it (see the type docs).
+            args.insert("x-queue-type".into(), text("classic"));
+            return args;
+        }
         args.insert("x-queue-type".into(), text("quorum"));
         args.insert(
             "x-delivery-limit".into(),
@@ -133,7 +170,11 @@ impl RabbitTopology {
 
     fn dead_letter_arguments(&self) -> FieldTable {
         let mut args = FieldTable::default();
-        args.insert("x-queue-type".into(), text("quorum"));
+        let kind = match self.queue_type {
+            QueueType::Quorum => "quorum",
+            QueueType::Classic => "classic",
+        };
+        args.insert("x-queue-type".into(), text(kind));
         args
     }
 

@@ -1,0 +1,255 @@
+//! Faults against the real servers, with `examples/rabbitmq_consumer.rs` as a child process:
+//! PostgreSQL stopped for a few seconds mid-run, and RabbitMQ stopped and started mid-run
+//! (`rabbitmqctl stop_app` / `start_app`). Each server is started again even when the test fails.
+//!
+//! The two faults run one after the other in a single test: this binary stops servers the other
+//! tests of this binary would need, and cargo runs test binaries one at a time.
+#![cfg(feature = "lapin")]
+
+#[path = "support/rabbitmq_orders.rs"]
+mod orders;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::process::Command;
+use std::time::Duration;
+
+use orders::{Env, order, terminate, wait_for};
+
+/// Runs a service command (as the servers' own tools do it), failing loudly.
+fn service(what: &str, program: &str, args: &[&str]) {
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{what}: could not run {program}: {e}"));
+    assert!(
+        status.success(),
+        "{what}: {program} {args:?} failed: {status}"
+    );
+}
+
+fn postgres_cluster() -> String {
+    let versions =
+        std::fs::read_dir("/etc/postgresql").expect("/etc/postgresql lists the clusters");
+    let mut versions: Vec<String> = versions
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    versions.sort();
+    versions.into_iter().next().expect("a PostgreSQL cluster")
+}
+
+fn stop_postgres() {
+    service(
+        "stopping PostgreSQL",
+        "pg_ctlcluster",
+        &[
+            "--skip-systemctl-redirect",
+            &postgres_cluster(),
+            "main",
+            "stop",
+            "-m",
+            "fast",
+        ],
+    );
+}
+
+fn start_postgres() {
+    service(
+        "starting PostgreSQL",
+        "pg_ctlcluster",
+        &[
+            "--skip-systemctl-redirect",
+            &postgres_cluster(),
+            "main",
+            "start",
+        ],
+    );
+}
+
+fn stop_rabbitmq_app() {
+    service("stopping RabbitMQ", "rabbitmqctl", &["stop_app"]);
+}
+
+fn start_rabbitmq_app() {
+    service("starting RabbitMQ", "rabbitmqctl", &["start_app"]);
+    service(
+        "waiting for RabbitMQ",
+        "rabbitmqctl",
+        &["await_startup", "--timeout", "120"],
+    );
+}
+
+/// Starts a stopped server again when dropped, so a failing assertion leaves nothing stopped.
+struct Restart(Option<fn()>);
+
+impl Restart {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        if let Some(start) = self.0.take() {
+            start();
+        }
+    }
+}
+
+/// How many units the child logged as returned for redelivery, and the highest delivery count
+/// among them.
+fn returned(log: &std::path::Path) -> (usize, u32) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut n = 0;
+    let mut highest = 0;
+    for line in text
+        .lines()
+        .filter(|l| l.contains("returned for redelivery"))
+    {
+        n += 1;
+        if let Some(count) = line
+            .split("delivery_count=")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse::<u32>().ok())
+        {
+            highest = highest.max(count);
+        }
+    }
+    (n, highest)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_of_the_database_and_the_broker_lose_nothing_and_exhaust_nothing() {
+    database_outage_is_waited_out().await;
+    broker_restart_resumes_consumption().await;
+}
+
+/// PostgreSQL is stopped for 6 s while units keep arriving. With the default backoff (and the
+/// example's delivery limit of 5), units that failed during the outage are applied afterwards,
+/// not dead-lettered as exhausted.
+async fn database_outage_is_waited_out() {
+    const UNITS: usize = 400;
+    let env = Env::new("db-outage", 5).await;
+    let log = std::env::temp_dir().join(format!("delivery-db-outage-{}.log", std::process::id()));
+    let mut child = env.start_with(8, File::create(&log).unwrap());
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let mut publish = async |range: std::ops::Range<usize>| {
+        for i in range {
+            let customer = format!("c-{}", i % 13);
+            let amount = (i % 50 + 1) as i64;
+            *expected.entry(customer.clone()).or_default() += amount;
+            env.publish(
+                &format!("m-{i}"),
+                &order(&format!("o-{i}"), &customer, amount),
+            )
+            .await;
+        }
+    };
+    publish(0..100).await;
+    wait_for(
+        "the first orders applied",
+        Duration::from_secs(60),
+        async || env.scalar("SELECT count(*) FROM $schema.orders").await >= 50,
+    )
+    .await;
+
+    stop_postgres();
+    let restart = Restart(Some(start_postgres));
+    publish(100..UNITS).await; // units keep arriving while the database is down
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    start_postgres();
+    restart.disarm();
+
+    // The test's own pool reconnects on its own; the count waits for it.
+    wait_for(
+        "every order applied after the outage",
+        Duration::from_secs(120),
+        async || {
+            env.scalar("SELECT count(*) FROM $schema.orders").await == UNITS as i64
+                && env.queue_depth().await == 0
+        },
+    )
+    .await;
+    let status = terminate(&mut child);
+    assert!(status.success(), "{status:?}");
+
+    let (returns, highest) = returned(&log);
+    assert!(
+        returns > 0,
+        "units failed during the outage (the child logged no return)"
+    );
+    assert_eq!(
+        env.balances().await,
+        expected,
+        "every order counted exactly once"
+    );
+    assert_eq!(
+        env.dead_letters().count().await.unwrap(),
+        0,
+        "no unit exhausted its bound during a 6 s outage"
+    );
+    eprintln!(
+        "database outage: {UNITS} units, 6 s outage, {returns} returns (highest delivery count {highest}), 0 dead-lettered"
+    );
+    let _ = std::fs::remove_file(&log);
+    env.cleanup().await;
+}
+
+/// RabbitMQ's application is stopped for 5 s mid-run and started again: the consumer reconnects
+/// on its own and drains the queue; every order is applied exactly once.
+async fn broker_restart_resumes_consumption() {
+    const UNITS: usize = 1000;
+    let env = Env::new("broker-restart", 5).await;
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..UNITS {
+        let customer = format!("c-{}", i % 17);
+        let amount = (i % 40 + 1) as i64;
+        *expected.entry(customer.clone()).or_default() += amount;
+        env.publish(
+            &format!("m-{i}"),
+            &order(&format!("o-{i}"), &customer, amount),
+        )
+        .await;
+    }
+    let mut child = env.start(8);
+    wait_for(
+        "consumption under way",
+        Duration::from_secs(60),
+        async || env.scalar("SELECT count(*) FROM $schema.orders").await >= 100,
+    )
+    .await;
+    let applied_at_stop = env.scalar("SELECT count(*) FROM $schema.orders").await;
+
+    stop_rabbitmq_app();
+    let restart = Restart(Some(start_rabbitmq_app));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    start_rabbitmq_app();
+    restart.disarm();
+
+    wait_for(
+        "every order applied after the restart",
+        Duration::from_secs(180),
+        async || {
+            env.scalar("SELECT count(*) FROM $schema.orders").await == UNITS as i64
+                && env.queue_counts().await == (0, 1)
+        },
+    )
+    .await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the consumer kept running through the restart"
+    );
+    let status = terminate(&mut child);
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        env.balances().await,
+        expected,
+        "every order counted exactly once"
+    );
+    assert_eq!(env.dead_letters().count().await.unwrap(), 0);
+    eprintln!(
+        "broker restart: {UNITS} units, {applied_at_stop} applied when the broker stopped, all {UNITS} applied once after"
+    );
+    env.cleanup().await;
+}

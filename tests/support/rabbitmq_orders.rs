@@ -1,0 +1,247 @@
+//! The orders contract of `examples/rabbitmq_consumer.rs`, driven from tests as a child process
+//! against the real RabbitMQ and PostgreSQL: each test gets its own queue and schema.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use delivery::lapin::options::QueueDeleteOptions;
+use delivery::lapin::{BasicProperties, Connection};
+use delivery::rabbitmq::{ConfirmedPublisher, DeadLetterRecord, RabbitDeadLetters, RabbitTopology};
+// Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The example's binary, built on demand into this test's own target directory.
+pub fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--features",
+            "lapin",
+            "--example",
+            "rabbitmq_consumer",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .status()
+        .expect("running cargo build for the example");
+    assert!(
+        status.success(),
+        "building examples/rabbitmq_consumer.rs failed"
+    );
+    profile_dir.join("examples").join("rabbitmq_consumer")
+}
+
+pub struct Env {
+    pub queue: String,
+    pub schema: String,
+    pub db: PgPool,
+    pub topology: RabbitTopology,
+    pub binary: PathBuf,
+    pub publisher: ConfirmedPublisher,
+}
+
+impl Env {
+    pub async fn new(name: &str, delivery_limit: u32) -> Env {
+        let queue = format!("rmq-{name}-{}", std::process::id());
+        let schema = format!("rmq_{}_{}", name.replace('-', "_"), std::process::id());
+        let db = PgPool::connect(&database_url())
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {}: {e}", database_url()));
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"
+        )))
+        .execute(&db)
+        .await
+        .unwrap();
+        let topology = RabbitTopology::new(&queue).delivery_limit(delivery_limit);
+        let connection = Connection::connect(&amqp_url(), Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ unreachable at {}: {e}", amqp_url()));
+        for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
+            let ch = connection.create_channel().await.unwrap();
+            let _ = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        let _ = connection.close(200, "ok".into()).await;
+        delivery::rabbitmq::declare(&amqp_url(), &topology)
+            .await
+            .unwrap();
+        Env {
+            publisher: ConfirmedPublisher::new(amqp_url()),
+            binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
+            queue,
+            schema,
+            db,
+            topology,
+        }
+    }
+
+    pub fn child_database_url(&self) -> String {
+        let base = database_url();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        format!("{base}{sep}options=-c%20search_path%3D{}", self.schema)
+    }
+
+    pub fn start(&self, concurrency: usize) -> Child {
+        self.start_with(concurrency, Stdio::null())
+    }
+
+    /// Starts the example with its warnings and errors (one line per returned or dead-lettered
+    /// unit) written to `stderr`.
+    pub fn start_with(&self, concurrency: usize, stderr: impl Into<Stdio>) -> Child {
+        Command::new(&self.binary)
+            .env("AMQP_URL", amqp_url())
+            .env("DATABASE_URL", self.child_database_url())
+            .env("QUEUE", &self.queue)
+            .env("DELIVERY_LIMIT", self.topology.delivery_limit.to_string())
+            .env("PREFETCH", "64")
+            .env("CONCURRENCY", concurrency.to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("starting the example")
+    }
+
+    pub async fn publish(&self, id: &str, body: &str) {
+        self.publisher
+            .publish(
+                &self.queue,
+                body.as_bytes(),
+                BasicProperties::default()
+                    .with_message_id(id.into())
+                    .with_delivery_mode(2),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        let sql = sql.replace("$schema", &self.schema);
+        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
+            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
+            // The example has not created its tables yet.
+            Err(_) => -1,
+        }
+    }
+
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT customer_id, total_cents FROM {}.balances",
+            self.schema
+        )))
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+        .collect()
+    }
+
+    pub fn dead_letters(&self) -> RabbitDeadLetters {
+        RabbitDeadLetters::new(amqp_url(), &self.topology)
+    }
+
+    pub async fn queue_depth(&self) -> u64 {
+        self.queue_counts().await.0
+    }
+
+    /// Messages ready in the queue, and consumers subscribed to it.
+    pub async fn queue_counts(&self) -> (u64, u64) {
+        let connection = Connection::connect(&amqp_url(), Default::default())
+            .await
+            .unwrap();
+        let ch = connection.create_channel().await.unwrap();
+        let q = ch
+            .queue_declare(
+                self.queue.as_str().into(),
+                delivery::lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let _ = connection.close(200, "ok".into()).await;
+        (u64::from(q.message_count()), u64::from(q.consumer_count()))
+    }
+
+    pub async fn cleanup(self) {
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            self.schema
+        )))
+        .execute(&self.db)
+        .await;
+        let connection = Connection::connect(&amqp_url(), Default::default())
+            .await
+            .unwrap();
+        for q in [
+            self.topology.queue.clone(),
+            self.topology.dead_letter_queue_name(),
+        ] {
+            let ch = connection.create_channel().await.unwrap();
+            let _ = ch
+                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                .await;
+        }
+        self.publisher.close().await;
+    }
+}
+
+pub async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {patience:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example did not stop within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn order(id: &str, customer: &str, amount: i64) -> String {
+    format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
+}
+
+pub fn by_id(dead: &[DeadLetterRecord]) -> BTreeMap<String, &DeadLetterRecord> {
+    dead.iter().map(|d| (d.id.to_string(), d)).collect()
+}
