@@ -6,6 +6,8 @@
 //! - `tests/ui/consumer/fail-lapin/`: rules that need the `lapin` feature (`--features lapin`).
 //! - `tests/ui/webhook/{pass,fail}/`: `#[webhook]`, which needs the `axum` feature: `#[consumer]`'s
 //!   rules, plus rule 5 (no parameter reads the body before it is verified) and its arguments.
+//! - `tests/ui/relay/{pass,fail}/`: `#[relay]`: `#[consumer]`'s rules, plus rule 6 (the function
+//!   returns the sink's `Receipt`) and parameters resolved from the outbox record.
 //!
 //! Regenerate snapshots with `TRYBUILD=overwrite cargo test --all-features --test ui` (rustc's notes
 //! list the types in scope, which depend on the features) and read every `.stderr`.
@@ -46,4 +48,19 @@ fn webhook_ui() {
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/webhook/pass/*.rs");
     t.compile_fail("tests/ui/webhook/fail/*.rs");
+}
+
+#[rustversion::attr(
+    not(stable(1.95)),
+    ignore = "the UI snapshots are pinned to stable 1.95"
+)]
+#[cfg_attr(
+    not(feature = "lapin"),
+    ignore = "the UI snapshots are taken with every feature on: run scripts/test.sh"
+)]
+#[test]
+fn relay_ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/relay/pass/*.rs");
+    t.compile_fail("tests/ui/relay/fail/*.rs");
 }

@@ -94,7 +94,10 @@ pub mod __private {
         Outcome::Malformed(error.to_string())
     }
 
-    pub use returned::{CarriesFailure, Returned, ViaBoxError, ViaHandlerError, ViaNothing};
+    pub use returned::{
+        AttemptViaBoxError, AttemptViaHandlerError, AttemptViaNothing, CarriesFailure,
+        ProvesReceipt, Returned, ViaBoxError, ViaHandlerError, ViaNothing,
+    };
 
     /// The handler's return value as an outcome, by the first route that applies (autoref
     /// specialization, resolved at the macro's call site where the type is concrete):
@@ -109,6 +112,7 @@ pub mod __private {
         use crate::disposition::Outcome;
         use crate::error::{BoxError, HandlerError};
         use crate::handler::IntoOutcome;
+        use crate::outbox::{Attempt, IntoAttempt, Receipt};
 
         pub struct Returned<R>(Cell<Option<R>>);
 
@@ -165,6 +169,52 @@ pub mod __private {
                 R: CarriesFailure,
             {
                 unreachable!("no type implements CarriesFailure")
+            }
+        }
+
+        // The same routes for a relay function, whose success must be the sink's `Receipt`:
+        // `(&&Returned::new(value)).attempt()`.
+
+        pub trait AttemptViaHandlerError {
+            fn attempt(&self) -> Attempt;
+        }
+        impl<E: Into<HandlerError>> AttemptViaHandlerError for &Returned<Result<Receipt, E>> {
+            #[inline]
+            fn attempt(&self) -> Attempt {
+                self.take().into_attempt()
+            }
+        }
+
+        pub trait AttemptViaBoxError {
+            fn attempt(&self) -> Attempt;
+        }
+        impl<E: Into<BoxError>> AttemptViaBoxError for &&Returned<Result<Receipt, E>> {
+            #[inline]
+            fn attempt(&self) -> Attempt {
+                self.take().map_err(HandlerError::retry).into_attempt()
+            }
+        }
+
+        /// Nothing implements it: a relay function returning anything but `Result<Receipt, _>`
+        /// proves nothing about the receiver.
+        #[diagnostic::on_unimplemented(
+            message = "a relay function returning `{Self}` does not prove the receiver confirmed the record (rule 6)",
+            label = "not `Result<Receipt, _>`",
+            note = "return `Result<Receipt, E>`: a `Receipt` comes only from a sink (`sink.send(&record).await?`), once the receiver acknowledged; the relay marks the record delivered only then"
+        )]
+        pub trait ProvesReceipt {}
+
+        pub trait AttemptViaNothing<R> {
+            fn attempt(&self) -> Attempt
+            where
+                R: ProvesReceipt;
+        }
+        impl<R> AttemptViaNothing<R> for Returned<R> {
+            fn attempt(&self) -> Attempt
+            where
+                R: ProvesReceipt,
+            {
+                unreachable!("no type implements ProvesReceipt")
             }
         }
     }

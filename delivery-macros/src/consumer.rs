@@ -368,12 +368,14 @@ pub(crate) fn expand_checked(
             let convert = call_spanning(
                 start,
                 end,
-                quote!(#private::IntoAttempt::into_attempt),
+                quote!(#private::Returned::new),
                 quote!(__delivery_returned),
             );
+            let convert = expr_spanning(start, end, quote!((&&#convert).attempt()));
             return quote! {
                 #[allow(dead_code)]
                 fn __delivery_outcome(__delivery_returned: #ty) -> #private::Attempt {
+                    use #private::{AttemptViaBoxError as _, AttemptViaHandlerError as _, AttemptViaNothing as _};
                     #convert
                 }
             };

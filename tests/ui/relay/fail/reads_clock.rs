@@ -1,0 +1,15 @@
+// Rule 6 (and 3): a relay attempt must send what was written, not stamp it with its own time.
+use delivery::outbox::sink::MemorySink;
+use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+
+#[relay]
+async fn announce(
+    record: OutboxRecord<serde_json::Value>,
+    State(sink): State<MemorySink>,
+) -> Result<Receipt, HandlerError> {
+    let sent_at = std::time::SystemTime::now();
+    let _ = sent_at;
+    sink.send(&record).await
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+// Rule 6: no return value at all.
+use delivery::{OutboxRecord, relay};
+
+#[relay]
+async fn announce(record: OutboxRecord<serde_json::Value>) {
+    let _ = record;
+}
+
+fn main() {}
