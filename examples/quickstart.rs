@@ -4,7 +4,8 @@
 //!
 //! Six units go through one handler and each meets a different fate: applied; failed then applied
 //! on redelivery; poison straight to the dead letter; retried to the bound then dead-lettered;
-//! delivered twice with one effect. It ends by listing the dead letter as an operator sees it.
+//! delivered twice with one effect. It ends by listing the dead letter as an operator sees it,
+//! then checks two webhook deliveries over their raw bodies: a signed one and a forgery.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -204,4 +205,36 @@ async fn main() {
     println!(
         "\nredrive with `broker.dead_letters(\"orders\").redrive(&id)`: same id, fresh delivery count."
     );
+
+    webhooks();
+}
+
+/// Rule 5: a webhook is verified over its raw bytes before anything parses it. The same
+/// `Verifier` sits in front of every `#[webhook]` handler; here it is called directly.
+fn webhooks() {
+    use delivery::webhook::{Scheme, Verifier};
+
+    let secret = "quickstart-webhook-secret";
+    let verifier = Verifier::new(Scheme::GitHub, secret);
+    let body = br#"{"action":"paid","invoice":"in_1"}"#;
+    // Signed as GitHub signs: HMAC-SHA256 of the body (GitHub's scheme carries no timestamp).
+    let headers = delivery::testing::sign(&Scheme::GitHub, secret, body, std::time::UNIX_EPOCH);
+    let mut forged = headers.clone();
+    forged.insert(
+        "x-hub-signature-256",
+        "sha256=0000000000000000000000000000000000000000000000000000000000000000"
+            .parse()
+            .unwrap(),
+    );
+
+    println!(
+        "
+webhooks, verified over the raw body before parsing (rule 5):"
+    );
+    for (what, headers) in [("signed", &headers), ("forged", &forged)] {
+        match verifier.verify(headers, body) {
+            Ok(()) => println!("  {what}: verified, then parsed and handled -> 200"),
+            Err(error) => println!("  {what}: refused before parsing -> 401 ({error})"),
+        }
+    }
 }
