@@ -1,1 +1,147 @@
-fn main() {}
+//! A NATS JetStream consumer that survives crashes, outages and poison, writing into PostgreSQL.
+//!
+//!     cargo run --features nats --example nats_consumer
+//!
+//! Env: `NATS_URL` (default `nats://127.0.0.1:4222`), `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), `STREAM` (default `ORDERS`, subjects
+//! `$STREAM.>`), `DELIVERY_LIMIT` (the consumer's `max_deliver`, default 5), `ACK_WAIT_SECS`
+//! (default 30), `BATCH` (default 64), `CONCURRENCY` (default 16).
+//!
+//! On start it declares the stream, its durable consumer `delivery` and the dead-letter stream
+//! `$STREAM_DLQ`, and creates the `nats_orders` and `nats_balances` tables. Each unit is
+//! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
+//! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
+//! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go
+//! to the dead letter directly; a database outage is retried with backoff. Runs until SIGINT or
+//! SIGTERM, then shuts down gracefully.
+
+use std::time::Duration;
+
+use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
+use delivery::{Consumer, HandlerError, Json, State, consumer};
+use serde::Deserialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+#[derive(Deserialize)]
+struct OrderPlaced {
+    order_id: String,
+    customer_id: String,
+    amount_cents: i64,
+}
+
+#[derive(Clone)]
+struct App {
+    db: PgPool,
+}
+
+/// Applies one order. Everything written comes from the unit, keyed by the order's own id.
+#[consumer]
+async fn apply_order(
+    State(app): State<App>,
+    Json(order): Json<OrderPlaced>,
+) -> Result<(), HandlerError> {
+    if order.amount_cents < 0 {
+        return Err(HandlerError::reject(format!(
+            "order {} has a negative amount ({} cents)",
+            order.order_id, order.amount_cents
+        )));
+    }
+    let mut tx = app.db.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO nats_orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(&order.order_id)
+    .bind(&order.customer_id)
+    .bind(order.amount_cents)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted == 1 {
+        sqlx::query(
+            "INSERT INTO nats_balances (customer_id, total_cents) VALUES ($1, $2) \
+             ON CONFLICT (customer_id) DO UPDATE SET total_cents = nats_balances.total_cents + EXCLUDED.total_cents",
+        )
+        .bind(&order.customer_id)
+        .bind(order.amount_cents)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// SIGTERM or SIGINT, the handlers installed at startup.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received; shutting down");
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let shutdown = shutdown_signal();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let nats_url = env_or("NATS_URL", "nats://127.0.0.1:4222");
+    let database_url = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let stream = env_or("STREAM", "ORDERS");
+    let concurrency: usize = env_num("CONCURRENCY", 16);
+    let topology = NatsTopology::new(&stream)
+        .max_deliver(env_num("DELIVERY_LIMIT", 5))
+        .ack_wait(Duration::from_secs_f64(env_num("ACK_WAIT_SECS", 30.0)))
+        .batch(env_num("BATCH", 64));
+
+    delivery::nats::declare(&nats_url, &topology).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(u32::try_from(concurrency).unwrap_or(u32::MAX).max(1))
+        .acquire_timeout(Duration::from_secs(30))
+        .connect(&database_url)
+        .await?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS nats_orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
+         CREATE TABLE IF NOT EXISTS nats_balances (customer_id text PRIMARY KEY, total_cents bigint);",
+    )
+    .execute(&db)
+    .await?;
+
+    let client = delivery::nats::connect(&nats_url).await?;
+    let depth =
+        NatsDeadLetters::new(client.clone(), &topology).watch_depth(Duration::from_secs(15));
+    let source = NatsSource::with_client(client, topology).await?;
+    tracing::info!(stream, concurrency, "consuming");
+    let report = Consumer::new(source)
+        .state(App { db })
+        .concurrency(concurrency)
+        .drain_deadline(Duration::from_secs(10))
+        .shutdown_on(shutdown)
+        .run(apply_order)
+        .await;
+    depth.abort();
+    tracing::info!(?report, "stopped");
+    Ok(())
+}

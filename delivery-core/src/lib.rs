@@ -18,7 +18,10 @@
 //! |---|---|
 //! | `lapin` | RabbitMQ through lapin: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters) |
 //! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
-//! | `postgres`, `sqlite`, `redis`, `nats`, `kafka`, `http` | reserved for their integrations |
+//! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream) |
+//! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
+//! | `postgres`, `sqlite`, `http` | the outbox relay's stores and HTTP sink: `outbox` |
+//! | `kafka` | reserved for its integration |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;
@@ -56,6 +59,10 @@ pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 /// The RabbitMQ client, re-exported so its version always matches this crate's.
 #[cfg(feature = "lapin")]
 pub use lapin;
+
+/// The NATS client, re-exported so its version always matches this crate's.
+#[cfg(feature = "nats")]
+pub use async_nats;
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

@@ -1,1 +1,85 @@
-//! NATS JetStream pull consumers (feature `nats`).
+//! NATS JetStream through async-nats (feature `nats`): a [`Source`](crate::Source) over a durable
+//! pull consumer, the topology helper that declares it, and the operator's view of its dead
+//! letter.
+//!
+//! - **Acknowledgement** is explicit: units are pulled `batch` at a time and buffered in the
+//!   source; a unit is acked (`+ACK`) only once its handler resolved `Ok`. A failed unit is
+//!   returned with `-NAK` carrying the runtime's backoff as its delay.
+//! - **The bound is JetStream's**: the delivery count is the message's own `delivered` metadata
+//!   (1 on the first delivery), and the consumer's `max_deliver`, declared by [`NatsTopology`], is
+//!   reported as [`Source::max_deliveries`](crate::Source::max_deliveries). JetStream itself only
+//!   stops delivering past it (with an advisory), so the consumer moves a unit that fails on its
+//!   last delivery (`delivered == max_deliver`) to the dead-letter stream itself, as exhausted.
+//! - **Poison goes to the dead letter directly**: published to the dead-letter stream intact
+//!   (payload and every header), with `x-dead-letter-reason`, `-detail`, `-source` (stream),
+//!   `-subject`, `-sequence` (stream sequence) and `-delivery-count` headers; only once JetStream
+//!   acknowledged the publish is the unit terminated (`+TERM`). If the publish is not confirmed
+//!   the unit is returned (`-NAK`) instead: never terminated unless it is in the dead letter.
+//! - **In progress**: while a handler runs, one ticker per source sends `+WPI` for every unit held
+//!   every third of `ack_wait`, so a long handler is not redelivered under it, up to
+//!   `in_progress_limit` per delivery (past it JetStream may deliver the unit again).
+//! - **Identity**: a unit's [`UnitId`](crate::UnitId) is its producer's `Nats-Msg-Id` (the id
+//!   JetStream deduplicates on), else `<stream>:<stream sequence>`; its
+//!   [`Stamp`](crate::Stamp) is the stream sequence.
+//! - **Operator side**: [`NatsDeadLetters`] counts (the `delivery_dead_letter_depth` gauge), lists,
+//!   peeks and redrives the dead letter.
+//!
+//! ```no_run
+//! use delivery::{consumer, Consumer, HandlerError, Json};
+//! use delivery::nats::{NatsSource, NatsTopology};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { order_id: String }
+//!
+//! #[consumer]
+//! async fn handle(Json(order): Json<Order>) -> Result<(), HandlerError> {
+//!     let _ = order.order_id;
+//!     Ok(())
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let url = "nats://127.0.0.1:4222";
+//! let topology = NatsTopology::new("ORDERS").subjects(["orders.>"]).max_deliver(5);
+//! delivery::nats::declare(url, &topology).await?;
+//! let source = NatsSource::connect(url, topology).await?;
+//! Consumer::new(source).concurrency(16).run(handle).await;
+//! # Ok(()) }
+//! ```
+//!
+//! **Known limit**: a unit whose last delivery never settles (its consumer crashed, or its move
+//! to the dead letter failed) is not delivered again by JetStream and is not in the dead letter;
+//! JetStream reports it only with its `MAX_DELIVERIES` advisory.
+
+mod dead_letter;
+mod headers;
+mod source;
+mod topology;
+
+pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport};
+pub use headers::{
+    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
+    HEADER_DEAD_LETTER_SEQUENCE, HEADER_DEAD_LETTER_SOURCE, HEADER_DEAD_LETTER_SUBJECT,
+};
+pub use source::{NatsHandle, NatsSource};
+pub use topology::{NatsTopology, Retention, TopologyError};
+
+use crate::transport::TransportError;
+
+/// Connects to `url` (`nats://host:port`).
+pub async fn connect(url: &str) -> Result<async_nats::Client, TransportError> {
+    async_nats::connect(url)
+        .await
+        .map_err(|e| TransportError::new("connecting to NATS", e))
+}
+
+/// Connects to `url` and declares `topology` ([`NatsTopology::declare`]).
+pub async fn declare(
+    url: &str,
+    topology: &NatsTopology,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let client = connect(url).await?;
+    topology
+        .declare(&async_nats::jetstream::new(client))
+        .await?;
+    Ok(())
+}

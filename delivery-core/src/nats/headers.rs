@@ -1,0 +1,119 @@
+//! NATS headers: the unit's id and headers, and the headers the dead letter records.
+
+use async_nats::HeaderMap;
+use async_nats::header::{HeaderValue, NATS_MESSAGE_ID};
+use bytes::Bytes;
+
+use crate::unit::{Headers, UnitId};
+
+/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
+pub const HEADER_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
+/// The detail of the reason: the decode error, the handler's error.
+pub const HEADER_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
+/// The stream the unit was dead-lettered from.
+pub const HEADER_DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
+/// The subject the unit had been published to (where a redrive publishes it again).
+pub const HEADER_DEAD_LETTER_SUBJECT: &str = "x-dead-letter-subject";
+/// The unit's sequence in its source stream.
+pub const HEADER_DEAD_LETTER_SEQUENCE: &str = "x-dead-letter-sequence";
+/// The delivery (from 1, JetStream's `delivered`) on which the unit was dead-lettered.
+pub const HEADER_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
+
+/// The headers this transport adds to a dead letter, which a redrive removes.
+pub(crate) fn is_dead_letter_header(name: &str) -> bool {
+    name.starts_with("x-dead-letter-")
+}
+
+/// The unit's id: its producer's `Nats-Msg-Id`, else `<stream>:<sequence>`.
+pub(crate) fn unit_id(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> UnitId {
+    match headers.and_then(|h| h.get_last(NATS_MESSAGE_ID)) {
+        Some(id) if !id.as_str().is_empty() => UnitId::new(id.as_str()),
+        _ => sequence_id(stream, sequence),
+    }
+}
+
+/// The id of a unit published without `Nats-Msg-Id`: its place in its stream.
+pub(crate) fn sequence_id(stream: &str, sequence: u64) -> UnitId {
+    UnitId::new(format!("{stream}:{sequence}"))
+}
+
+/// The unit's headers: every header, by its last value.
+pub(crate) fn unit_headers(headers: Option<&HeaderMap>) -> Headers {
+    match headers {
+        None => Headers::default(),
+        Some(map) if map.is_empty() => Headers::default(),
+        Some(map) => Headers::from_pairs(map.iter().filter_map(|(name, values)| {
+            let value = values.last()?;
+            Some((
+                AsRef::<str>::as_ref(name).to_owned(),
+                Bytes::copy_from_slice(value.as_str().as_bytes()),
+            ))
+        })),
+    }
+}
+
+/// A header value from free text: NATS header values cannot hold CR or LF.
+pub(crate) fn text(s: &str) -> HeaderValue {
+    let clean: String = s
+        .chars()
+        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+        .collect();
+    HeaderValue::from(clean)
+}
+
+/// `headers` without the dead letter's own, every value kept in order.
+pub(crate) fn without_dead_letter_headers(headers: Option<&HeaderMap>) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    if let Some(headers) = headers {
+        for (name, values) in headers.iter() {
+            if is_dead_letter_header(AsRef::<str>::as_ref(name)) {
+                continue;
+            }
+            for value in values {
+                out.append(name.clone(), value.clone());
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn last<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
+    headers
+        .and_then(|h| h.get_last(name))
+        .map(HeaderValue::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_is_the_producers_message_id_else_the_sequence() {
+        let mut headers = HeaderMap::new();
+        headers.insert(NATS_MESSAGE_ID, "m-1");
+        assert_eq!(unit_id(Some(&headers), "ORDERS", 7).as_str(), "m-1");
+        assert_eq!(unit_id(None, "ORDERS", 7).as_str(), "ORDERS:7");
+        assert_eq!(
+            unit_id(Some(&HeaderMap::new()), "ORDERS", 8).as_str(),
+            "ORDERS:8"
+        );
+    }
+
+    #[test]
+    fn free_text_never_breaks_a_header() {
+        assert_eq!(text("a\r\nb").as_str(), "a  b");
+    }
+
+    #[test]
+    fn a_redrive_strips_only_the_dead_letters_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("tenant", "acme");
+        headers.append("multi", "1");
+        headers.append("multi", "2");
+        headers.insert(HEADER_DEAD_LETTER_REASON, "malformed");
+        let stripped = without_dead_letter_headers(Some(&headers));
+        assert_eq!(stripped.len(), 2);
+        assert_eq!(stripped.get_all("multi").count(), 2);
+        assert!(stripped.get(HEADER_DEAD_LETTER_REASON).is_none());
+    }
+}

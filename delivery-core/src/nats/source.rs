@@ -1,0 +1,409 @@
+//! A pull consumer of one stream, the handle that settles each delivery, and the ticker that keeps
+//! long handlers in progress.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::{self, AckKind};
+use async_nats::{Client, HeaderMap, Subject};
+use futures_util::StreamExt;
+use tokio::time::Instant;
+
+use super::headers::{self, text};
+use super::topology::NatsTopology;
+use crate::disposition::{DeadLetterReason, Disposition};
+use crate::transport::{Settle, Source, TransportError};
+use crate::unit::{DeliveryCount, Stamp, Unit};
+
+/// A consumer of one JetStream stream through its durable pull consumer (see the
+/// [module docs](super)).
+///
+/// Units are pulled `batch` at a time and kept buffered in the source until the runtime takes them,
+/// so [`receive`](Source::receive) is cancel safe. A pull that fails is reported once and started
+/// again on the next `receive`; the client reconnects by itself and JetStream delivers again
+/// whatever was not acknowledged.
+pub struct NatsSource {
+    topology: NatsTopology,
+    consumer: PullConsumer,
+    messages: Option<pull::Stream>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    context: jetstream::Context,
+    stream: String,
+    dead_letter_stream: String,
+    dead_letter_subject: Subject,
+    /// Deliveries held by a handle, by slot: their ack subject and when they were received. The
+    /// one ticker of the source sends `+WPI` for each of them (rather than a task per unit).
+    in_flight: Mutex<InFlight>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    next: u64,
+    units: HashMap<u64, (Subject, Instant)>,
+}
+
+impl Shared {
+    fn hold(&self, reply: Subject) -> u64 {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = in_flight.next;
+        in_flight.next = in_flight.next.wrapping_add(1);
+        in_flight.units.insert(slot, (reply, Instant::now()));
+        slot
+    }
+
+    fn release(&self, slot: u64) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .units
+            .remove(&slot);
+    }
+
+    async fn send(
+        &self,
+        reply: Subject,
+        kind: AckKind,
+        what: &'static str,
+    ) -> Result<(), TransportError> {
+        self.client
+            .publish(reply, kind.into())
+            .await
+            .map_err(|e| TransportError::new(what, e))
+    }
+}
+
+/// Sends `+WPI` every `every` for each unit held for less than `limit`, until the source and all
+/// its handles are gone.
+async fn keep_in_progress(shared: Weak<Shared>, every: Duration, limit: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let due: Vec<Subject> = shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .units
+            .values()
+            .filter(|(_, since)| now.duration_since(*since) < limit)
+            .map(|(reply, _)| reply.clone())
+            .collect();
+        for reply in due {
+            if let Err(error) = shared
+                .send(reply, AckKind::Progress, "marking in progress (+WPI)")
+                .await
+            {
+                tracing::warn!(stream = %shared.stream, %error, "could not keep a unit in progress");
+            }
+        }
+    }
+}
+
+impl NatsSource {
+    /// A source of `topology`'s durable consumer at `url`, connected before it returns, so a wrong
+    /// URL or a missing consumer fails at start. Declare the topology first ([`super::declare`]).
+    pub async fn connect(url: &str, topology: NatsTopology) -> Result<Self, TransportError> {
+        let client = super::connect(url).await?;
+        Self::with_client(client, topology).await
+    }
+
+    /// A source over an existing client connection.
+    pub async fn with_client(
+        client: Client,
+        topology: NatsTopology,
+    ) -> Result<Self, TransportError> {
+        let context = jetstream::new(client.clone());
+        let consumer: PullConsumer = context
+            .get_consumer_from_stream(&topology.durable, &topology.stream)
+            .await
+            .map_err(|e| TransportError::new("looking up the durable consumer", e))?;
+        let shared = Arc::new(Shared {
+            client,
+            context,
+            stream: topology.stream.clone(),
+            dead_letter_stream: topology.dead_letter_stream_name(),
+            dead_letter_subject: Subject::from(topology.dead_letter_subject_name()),
+            in_flight: Mutex::new(InFlight::default()),
+        });
+        let every = (topology.ack_wait / 3).max(Duration::from_millis(10));
+        tokio::spawn(keep_in_progress(
+            Arc::downgrade(&shared),
+            every,
+            topology.in_progress_limit,
+        ));
+        Ok(NatsSource {
+            topology,
+            consumer,
+            messages: None,
+            shared,
+        })
+    }
+
+    /// The topology this source consumes.
+    pub fn topology(&self) -> &NatsTopology {
+        &self.topology
+    }
+
+    /// Units held by handles right now (each kept in progress by the source's ticker).
+    pub fn in_flight(&self) -> usize {
+        self.shared
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .units
+            .len()
+    }
+
+    fn unit_of(&self, message: jetstream::Message) -> Option<(Unit, NatsHandle)> {
+        let (delivered, sequence) = match message.info() {
+            Ok(info) => (info.delivered, info.stream_sequence),
+            Err(error) => {
+                tracing::warn!(stream = %self.topology.stream, %error, subject = %message.subject,
+                    "a message without JetStream metadata on the pull subscription; skipped");
+                return None;
+            }
+        };
+        let message = message.message;
+        let reply = message.reply?;
+        let headers = message.headers;
+        let id = headers::unit_id(headers.as_ref(), &self.shared.stream, sequence);
+        let count = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
+        let unit = Unit::new(id, message.payload)
+            .with_delivery_count(DeliveryCount::new(count))
+            .with_stamp(Stamp(sequence))
+            .with_headers(headers::unit_headers(headers.as_ref()));
+        let slot = self.shared.hold(reply.clone());
+        let handle = NatsHandle {
+            reply: Some(reply),
+            slot,
+            subject: message.subject,
+            headers,
+            sequence,
+            shared: self.shared.clone(),
+        };
+        Some((unit, handle))
+    }
+}
+
+impl Source for NatsSource {
+    type Handle = NatsHandle;
+
+    /// Cancel safe: a message is taken from the pull stream's buffer only when it is returned,
+    /// and a cancelled start of the pull stream is simply started again.
+    async fn receive(&mut self) -> Result<Option<(Unit, NatsHandle)>, TransportError> {
+        loop {
+            if self.messages.is_none() {
+                let messages = self
+                    .consumer
+                    .stream()
+                    .max_messages_per_batch(self.topology.batch.max(1))
+                    .messages()
+                    .await
+                    .map_err(|e| TransportError::new("starting the pull consumer", e))?;
+                self.messages = Some(messages);
+            }
+            let messages = self.messages.as_mut().expect("started above");
+            match messages.next().await {
+                Some(Ok(message)) => {
+                    if let Some(received) = self.unit_of(message) {
+                        return Ok(Some(received));
+                    }
+                }
+                Some(Err(error)) => {
+                    self.messages = None;
+                    return Err(TransportError::new("pulling (restarting the pull)", error));
+                }
+                None => {
+                    self.messages = None;
+                    return Err(TransportError::msg(
+                        "pulling",
+                        "the pull stream ended; restarting it",
+                    ));
+                }
+            }
+        }
+    }
+
+    fn max_deliveries(&self) -> Option<NonZeroU32> {
+        Some(self.topology.max_deliveries())
+    }
+
+    fn name(&self) -> &str {
+        &self.topology.stream
+    }
+}
+
+/// The handle of one delivery from a [`NatsSource`]. Only the runtime holds it.
+///
+/// While it is held, the source's ticker keeps the delivery in progress. Dropped unsettled, it is
+/// no longer kept in progress and JetStream delivers it again after `ack_wait`.
+pub struct NatsHandle {
+    reply: Option<Subject>,
+    slot: u64,
+    subject: Subject,
+    headers: Option<HeaderMap>,
+    sequence: u64,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for NatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsHandle")
+            .field("stream", &self.shared.stream)
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::marker::AckHandle for NatsHandle {}
+
+impl NatsHandle {
+    /// Publishes the unit, intact, to the dead-letter stream with the reason recorded, and waits
+    /// for JetStream's publish acknowledgement.
+    async fn move_to_dead_letter(
+        &self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let shared = &self.shared;
+        let mut headers = self.headers.clone().unwrap_or_default();
+        let sequence = self.sequence.to_string();
+        headers.insert(headers::HEADER_DEAD_LETTER_REASON, reason.kind().as_str());
+        headers.insert(headers::HEADER_DEAD_LETTER_DETAIL, text(reason.detail()));
+        headers.insert(headers::HEADER_DEAD_LETTER_SOURCE, text(&shared.stream));
+        headers.insert(headers::HEADER_DEAD_LETTER_SUBJECT, text(&self.subject));
+        headers.insert(headers::HEADER_DEAD_LETTER_SEQUENCE, sequence.as_str());
+        headers.insert(
+            headers::HEADER_DEAD_LETTER_DELIVERY_COUNT,
+            unit.delivery_count().get().to_string(),
+        );
+        let ack = shared
+            .context
+            .publish_with_headers(
+                shared.dead_letter_subject.clone(),
+                headers,
+                unit.payload().clone(),
+            )
+            .await
+            .map_err(|e| TransportError::new("publishing to the dead-letter stream", e))?
+            .await
+            .map_err(|e| TransportError::new("confirming the dead-letter publish", e))?;
+        if !ack.duplicate {
+            return Ok(());
+        }
+        // JetStream took it for a copy it already holds (same `Nats-Msg-Id` within the window):
+        // only a copy of this very delivery source and sequence counts; a copy since redriven
+        // away does not.
+        let stream = shared
+            .context
+            .get_stream_no_info(&shared.dead_letter_stream)
+            .await
+            .map_err(|e| TransportError::new("reading the dead-letter stream", e))?;
+        let held = stream
+            .get_raw_message(ack.sequence)
+            .await
+            .ok()
+            .is_some_and(|copy| {
+                let h = Some(&copy.headers);
+                headers::last(h, headers::HEADER_DEAD_LETTER_SOURCE) == Some(shared.stream.as_str())
+                    && headers::last(h, headers::HEADER_DEAD_LETTER_SEQUENCE)
+                        == Some(sequence.as_str())
+            });
+        if held {
+            Ok(())
+        } else {
+            Err(TransportError::msg(
+                "publishing to the dead-letter stream",
+                "refused as a duplicate of a unit no longer in the dead letter",
+            ))
+        }
+    }
+}
+
+impl Settle for NatsHandle {
+    async fn settle(
+        mut self,
+        unit: &Unit,
+        disposition: &Disposition,
+    ) -> Result<(), TransportError> {
+        let reply = self.reply.take().expect("a handle is settled once");
+        let shared = self.shared.clone();
+        match disposition {
+            Disposition::Ack => {
+                shared.release(self.slot);
+                shared
+                    .send(reply, AckKind::Ack, "acknowledging (+ACK)")
+                    .await
+            }
+            Disposition::Return { after } => {
+                shared.release(self.slot);
+                let delay = (!after.is_zero()).then_some(*after);
+                shared
+                    .send(reply, AckKind::Nak(delay), "returning the unit (-NAK)")
+                    .await
+            }
+            Disposition::DeadLetter(reason) => {
+                // Still held (and kept in progress) until the dead letter confirmed the copy.
+                let moved = self.move_to_dead_letter(unit, reason).await;
+                shared.release(self.slot);
+                match moved {
+                    Ok(()) => {
+                        shared
+                            .send(
+                                reply,
+                                AckKind::Term,
+                                "terminating a dead-lettered unit (+TERM)",
+                            )
+                            .await
+                    }
+                    Err(error) => {
+                        // Not in the dead letter: return the unit rather than drop it.
+                        let returned = shared
+                            .send(
+                                reply,
+                                AckKind::Nak(Some(Duration::from_secs(1))),
+                                "returning the unit (-NAK)",
+                            )
+                            .await;
+                        Err(TransportError::msg(
+                            "moving the unit to the dead letter",
+                            format!(
+                                "{error}; {}",
+                                match returned {
+                                    Ok(()) => "the unit was returned instead".to_owned(),
+                                    Err(e) => format!(
+                                        "returning it failed too ({e}); JetStream delivers it again after ack_wait"
+                                    ),
+                                }
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for NatsHandle {
+    fn drop(&mut self) {
+        // Unsettled: no longer kept in progress, so JetStream delivers it again after `ack_wait`,
+        // counting the delivery. (A `-NAK` sent here races the drop of the source's pull request,
+        // and JetStream 2.9 then redelivers the unit without counting the lost delivery.)
+        if self.reply.take().is_some() {
+            self.shared.release(self.slot);
+        }
+    }
+}

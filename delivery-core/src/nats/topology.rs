@@ -1,0 +1,330 @@
+//! The JetStream topology a consumer relies on — the stream, its durable pull consumer with the
+//! delivery bound, and the dead-letter stream — declared with the deployment from a settings
+//! struct that can live in the application's configuration.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use serde::{Deserialize, Serialize};
+
+/// The topology of one consumed stream (rule 2: the bound and the dead letter are declared with the
+/// deployment).
+///
+/// - the stream `stream` over `subjects`, deduplicating by `Nats-Msg-Id` over `duplicate_window`;
+/// - its durable pull consumer `durable` with explicit acks, `ack_wait` and `max_deliver`: JetStream
+///   counts each delivery (`delivered`) and delivers a unit at most `max_deliver` times;
+/// - the dead-letter stream `dead_letter_stream` (default `<stream>_DLQ`) over the single subject
+///   `dead_letter_subject` (default `<stream>_DLQ`), kept until an operator redrives or deletes its
+///   units. JetStream itself only emits an advisory at `max_deliver`, so the consumer moves a unit
+///   that fails on its last delivery into this stream itself.
+///
+/// Durations are written in seconds (`"ack_wait": 2.5`).
+///
+/// ```
+/// use delivery_core::nats::NatsTopology;
+///
+/// let topology: NatsTopology = serde_json::from_str(
+///     r#"{"stream": "ORDERS", "subjects": ["orders.>"], "max_deliver": 4, "ack_wait": 10}"#,
+/// )
+/// .unwrap();
+/// assert_eq!(topology.dead_letter_stream_name(), "ORDERS_DLQ");
+/// assert_eq!(topology.dead_letter_subject_name(), "ORDERS_DLQ");
+/// assert_eq!(topology.durable, "delivery");
+/// assert_eq!(topology.max_deliveries().get(), 4);
+/// assert_eq!(topology.ack_wait, std::time::Duration::from_secs(10));
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsTopology {
+    /// The stream consumed.
+    pub stream: String,
+    /// The subjects the stream captures. Default `["<stream>.>"]`.
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    /// The durable pull consumer's name. Default `delivery`.
+    #[serde(default = "default_durable")]
+    pub durable: String,
+    /// The consumer's `max_deliver`: the most deliveries a unit gets. Default 5.
+    #[serde(default = "default_max_deliver")]
+    pub max_deliver: u32,
+    /// The consumer's `ack_wait`: how long a delivery may stay unsettled before JetStream delivers
+    /// it again. A unit in flight longer is kept from redelivery by `+WPI` (in progress) every
+    /// third of it, up to `in_progress_limit`. Default 30 s.
+    #[serde(default = "default_ack_wait", with = "seconds")]
+    pub ack_wait: Duration,
+    /// How long one delivery is kept in progress; past it JetStream may deliver the unit again
+    /// (to this or another consumer) while the first handler still runs. Default 5 min.
+    #[serde(default = "default_in_progress_limit", with = "seconds")]
+    pub in_progress_limit: Duration,
+    /// Units asked for in one pull request (`batch`); the source keeps them buffered. Keep
+    /// `batch` × the handler's time under `ack_wait`: buffered units are delivered already.
+    /// Default 64.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+    /// The stream's `duplicate_window` for the producers' `Nats-Msg-Id` (at least 100 ms). A
+    /// redrive under the same id within it is refused by JetStream as a duplicate. Default 2 min.
+    #[serde(default = "default_duplicate_window", with = "seconds")]
+    pub duplicate_window: Duration,
+    /// The stream's retention. Default `limits`.
+    #[serde(default)]
+    pub retention: Retention,
+    /// The dead-letter stream. Default `<stream>_DLQ`.
+    #[serde(default)]
+    pub dead_letter_stream: Option<String>,
+    /// The dead-letter stream's subject. Default `<stream>_DLQ`.
+    #[serde(default)]
+    pub dead_letter_subject: Option<String>,
+}
+
+/// A stream's retention policy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Retention {
+    /// Units stay until the stream's limits remove them (JetStream's default).
+    #[default]
+    Limits,
+    /// A unit is removed once acknowledged (or terminated after its move to the dead letter).
+    WorkQueue,
+    /// A unit is removed once every consumer acknowledged it.
+    Interest,
+}
+
+fn default_durable() -> String {
+    "delivery".to_owned()
+}
+fn default_max_deliver() -> u32 {
+    5
+}
+fn default_ack_wait() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_in_progress_limit() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_batch() -> usize {
+    64
+}
+fn default_duplicate_window() -> Duration {
+    Duration::from_secs(120)
+}
+
+impl NatsTopology {
+    /// The topology of `stream` with the defaults (see each field).
+    pub fn new(stream: impl Into<String>) -> Self {
+        NatsTopology {
+            stream: stream.into(),
+            subjects: Vec::new(),
+            durable: default_durable(),
+            max_deliver: default_max_deliver(),
+            ack_wait: default_ack_wait(),
+            in_progress_limit: default_in_progress_limit(),
+            batch: default_batch(),
+            duplicate_window: default_duplicate_window(),
+            retention: Retention::default(),
+            dead_letter_stream: None,
+            dead_letter_subject: None,
+        }
+    }
+
+    /// Sets the subjects the stream captures.
+    pub fn subjects<S: Into<String>>(mut self, subjects: impl IntoIterator<Item = S>) -> Self {
+        self.subjects = subjects.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the durable consumer's name.
+    pub fn durable(mut self, name: impl Into<String>) -> Self {
+        self.durable = name.into();
+        self
+    }
+
+    /// Sets `max_deliver`, the most deliveries a unit gets (`0` is read as 1).
+    pub fn max_deliver(mut self, n: u32) -> Self {
+        self.max_deliver = n.max(1);
+        self
+    }
+
+    /// Sets `ack_wait`.
+    pub fn ack_wait(mut self, wait: Duration) -> Self {
+        self.ack_wait = wait;
+        self
+    }
+
+    /// Sets how long one delivery is kept in progress.
+    pub fn in_progress_limit(mut self, limit: Duration) -> Self {
+        self.in_progress_limit = limit;
+        self
+    }
+
+    /// Sets the pull batch (at least 1).
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    /// Sets the stream's duplicate window (JetStream refuses less than 100 ms).
+    pub fn duplicate_window(mut self, window: Duration) -> Self {
+        self.duplicate_window = window;
+        self
+    }
+
+    /// Sets the stream's retention.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets the dead-letter stream's name.
+    pub fn dead_letter_stream(mut self, name: impl Into<String>) -> Self {
+        self.dead_letter_stream = Some(name.into());
+        self
+    }
+
+    /// Sets the dead-letter stream's subject.
+    pub fn dead_letter_subject(mut self, subject: impl Into<String>) -> Self {
+        self.dead_letter_subject = Some(subject.into());
+        self
+    }
+
+    /// The subjects the stream captures.
+    pub fn subject_names(&self) -> Vec<String> {
+        if self.subjects.is_empty() {
+            vec![format!("{}.>", self.stream)]
+        } else {
+            self.subjects.clone()
+        }
+    }
+
+    /// The dead-letter stream's name.
+    pub fn dead_letter_stream_name(&self) -> String {
+        self.dead_letter_stream
+            .clone()
+            .unwrap_or_else(|| format!("{}_DLQ", self.stream))
+    }
+
+    /// The dead-letter stream's subject.
+    pub fn dead_letter_subject_name(&self) -> String {
+        self.dead_letter_subject
+            .clone()
+            .unwrap_or_else(|| self.dead_letter_stream_name())
+    }
+
+    /// The most deliveries a unit gets: `max_deliver`.
+    pub fn max_deliveries(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.max_deliver).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// The consumed stream's configuration, exactly as declared.
+    pub fn stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.stream.clone(),
+            subjects: self.subject_names(),
+            retention: match self.retention {
+                Retention::Limits => stream::RetentionPolicy::Limits,
+                Retention::WorkQueue => stream::RetentionPolicy::WorkQueue,
+                Retention::Interest => stream::RetentionPolicy::Interest,
+            },
+            duplicate_window: self.duplicate_window,
+            ..stream::Config::default()
+        }
+    }
+
+    /// The dead-letter stream's configuration: kept until removed, deduplicating as little as
+    /// JetStream allows (100 ms), so a unit dead-lettered again after a redrive is stored again.
+    pub fn dead_letter_stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.dead_letter_stream_name(),
+            subjects: vec![self.dead_letter_subject_name()],
+            duplicate_window: Duration::from_millis(100),
+            ..stream::Config::default()
+        }
+    }
+
+    /// The durable pull consumer's configuration, exactly as declared.
+    pub fn consumer_config(&self) -> consumer::pull::Config {
+        consumer::pull::Config {
+            durable_name: Some(self.durable.clone()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: self.ack_wait,
+            max_deliver: i64::from(self.max_deliver.max(1)),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..consumer::pull::Config::default()
+        }
+    }
+
+    /// Declares the dead-letter stream, the stream and its durable consumer. An existing stream
+    /// is updated to these settings where JetStream allows it; an existing consumer with other
+    /// settings is refused by JetStream with a [`TopologyError`] saying which step failed.
+    pub async fn declare(&self, context: &jetstream::Context) -> Result<(), TopologyError> {
+        let dead_letter = self.dead_letter_stream_name();
+        context
+            .create_or_update_stream(self.dead_letter_stream_config())
+            .await
+            .map_err(|e| TopologyError::new("declaring the dead-letter stream", &dead_letter, e))?;
+        context
+            .create_or_update_stream(self.stream_config())
+            .await
+            .map_err(|e| TopologyError::new("declaring the stream", &self.stream, e))?;
+        let stream = context
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| TopologyError::new("reading the stream", &self.stream, e))?;
+        stream
+            .create_consumer(self.consumer_config())
+            .await
+            .map_err(|e| TopologyError::new("declaring the durable consumer", &self.durable, e))?;
+        Ok(())
+    }
+}
+
+/// The topology could not be declared: which step, for which name, and JetStream's answer.
+#[derive(Debug)]
+pub struct TopologyError {
+    doing: &'static str,
+    name: String,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl TopologyError {
+    fn new(
+        doing: &'static str,
+        name: &str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        TopologyError {
+            doing,
+            name: name.to_owned(),
+            source: Box::new(source),
+        }
+    }
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} `{}`: {}", self.doing, self.name, self.source)
+    }
+}
+
+impl std::error::Error for TopologyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Durations as a number of seconds in settings.
+mod seconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(serde::de::Error::custom)
+    }
+}

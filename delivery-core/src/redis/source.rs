@@ -1,0 +1,531 @@
+//! A consumer of one stream through a consumer group, and the handle that settles each entry.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::MultiplexedConnection;
+use ::redis::{RedisError, Value};
+use metrics::Counter;
+use tokio::time::Instant;
+
+use super::entry::{self, Entry, Read};
+use super::topology::RedisTopology;
+use super::{
+    COMMAND_TIMEOUT, FIELD_DEAD_LETTER_DELIVERY_COUNT, FIELD_DEAD_LETTER_DETAIL,
+    FIELD_DEAD_LETTER_ENTRY_ID, FIELD_DEAD_LETTER_REASON, FIELD_DEAD_LETTER_SOURCE,
+};
+use crate::disposition::{Disposition, ReasonKind};
+use crate::transport::{Settle, Source, TransportError};
+use crate::unit::{DeliveryCount, Unit};
+
+/// A consumer of one Redis stream through a consumer group (see the [module docs](super)).
+///
+/// Each [`receive`](Source::receive) hands out the next entry of a batch; when the batch is used
+/// up it first claims back entries pending longer than the claim idle time (`XAUTOCLAIM`, every
+/// half claim idle time, and again at once while the scan has more), then reads new ones
+/// (`XREADGROUP ... BLOCK`). A lost connection is reported once by `receive` and reopened on the
+/// next call, after a growing backoff (100 ms doubling to 5 s); entries read and not acknowledged
+/// stay pending in the group and are claimed back.
+///
+/// Entries read ahead and not yet handed to a handler are pending too: if the source is dropped
+/// with some (a shutdown, a crash), they are claimed back after the claim idle time, and that
+/// claim counts as a delivery. [`RedisTopology::batch`] bounds how many that can be.
+pub struct RedisSource {
+    shared: Arc<Shared>,
+    client: ::redis::Client,
+    reader: Option<MultiplexedConnection>,
+    ready: VecDeque<(Entry, DeliveryCount)>,
+    fetching: Option<Fetching>,
+    claim_cursor: String,
+    claim_at: Instant,
+    claim_interval: Duration,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+type Fetching = Pin<Box<dyn Future<Output = Result<Fetched, TransportError>> + Send>>;
+
+/// What one fetch brought: entries to deliver, and where the claim scan stands if it ran.
+struct Fetched {
+    entries: Vec<(Entry, DeliveryCount)>,
+    claim_cursor: Option<String>,
+}
+
+/// What the source and its handles share: names, settings and the non-blocking connection.
+pub(super) struct Shared {
+    stream: String,
+    group: String,
+    consumer: String,
+    dead_letter_stream: String,
+    max_deliveries: u32,
+    claim_idle_ms: u64,
+    batch: usize,
+    block_ms: u64,
+    client: ::redis::Client,
+    /// The connection for `XACK`, `XADD` to the dead letter and `XPENDING`; reopened after a
+    /// connection-level failure.
+    settle: std::sync::Mutex<Option<MultiplexedConnection>>,
+    deleted: Counter,
+    exhausted: Counter,
+}
+
+fn next_consumer_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "delivery-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl RedisSource {
+    /// A source of `topology.stream` read by `topology.group` at `url`, connected before it
+    /// returns, so a wrong URL or a missing group fails at start. Declare the topology first
+    /// ([`super::declare`]).
+    pub async fn connect(url: &str, topology: RedisTopology) -> Result<Self, TransportError> {
+        let client = super::client(url)?;
+        let mut source = RedisSource::new(client, topology);
+        let mut reader = super::open(&source.client, None).await?;
+        // `XPENDING` in its summary form fails with NOGROUP if the stream or the group is missing.
+        ::redis::cmd("XPENDING")
+            .arg(&source.shared.stream)
+            .arg(&source.shared.group)
+            .query_async::<Value>(&mut reader)
+            .await
+            .map_err(|e| {
+                TransportError::msg(
+                    "checking the consumer group (XPENDING)",
+                    format!(
+                        "group `{}` on stream `{}`: {e}; declare the topology first",
+                        source.shared.group, source.shared.stream
+                    ),
+                )
+            })?;
+        source.reader = Some(reader);
+        Ok(source)
+    }
+
+    fn new(client: ::redis::Client, topology: RedisTopology) -> Self {
+        let source_label = topology.stream.clone();
+        let shared = Shared {
+            consumer: topology.consumer.clone().unwrap_or_else(next_consumer_name),
+            dead_letter_stream: topology.dead_letter_stream_name(),
+            max_deliveries: topology.delivery_bound().get(),
+            claim_idle_ms: topology.claim_idle_ms.max(1),
+            batch: topology.batch.max(1),
+            block_ms: topology.block_millis(),
+            deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
+            exhausted: metrics::counter!("delivery_dead_lettered_total", "source" => source_label, "reason" => ReasonKind::Exhausted.as_str()),
+            stream: topology.stream.clone(),
+            group: topology.group.clone(),
+            client: client.clone(),
+            settle: std::sync::Mutex::new(None),
+        };
+        RedisSource {
+            shared: Arc::new(shared),
+            client,
+            reader: None,
+            ready: VecDeque::new(),
+            fetching: None,
+            claim_cursor: "0-0".to_owned(),
+            claim_at: Instant::now(),
+            claim_interval: topology.claim_interval(),
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// This consumer's name within the group.
+    pub fn consumer(&self) -> &str {
+        &self.shared.consumer
+    }
+
+    /// The dead-letter stream's name.
+    pub fn dead_letter_stream(&self) -> &str {
+        &self.shared.dead_letter_stream
+    }
+
+    fn lost(&mut self, error: TransportError) -> TransportError {
+        self.reader = None;
+        self.failures = self.failures.saturating_add(1);
+        let wait =
+            Duration::from_millis(100u64 << self.failures.min(6)).min(Duration::from_secs(5));
+        self.retry_at = Some(Instant::now() + wait);
+        error
+    }
+}
+
+impl Source for RedisSource {
+    type Handle = RedisHandle;
+
+    /// Cancel safe: a fetch in progress is kept in the source and resumed by the next call, so
+    /// a reply Redis sends for a cancelled call is still read; entries already read wait in the
+    /// source.
+    async fn receive(&mut self) -> Result<Option<(Unit, RedisHandle)>, TransportError> {
+        loop {
+            if let Some((entry, count)) = self.ready.pop_front() {
+                let unit = entry::unit(&entry, count);
+                let handle = RedisHandle {
+                    entry,
+                    shared: self.shared.clone(),
+                };
+                return Ok(Some((unit, handle)));
+            }
+            if self.fetching.is_none() {
+                let reader = match &self.reader {
+                    Some(reader) => reader.clone(),
+                    None => {
+                        if let Some(at) = self.retry_at {
+                            tokio::time::sleep_until(at).await;
+                        }
+                        match super::open(&self.client, None).await {
+                            Ok(reader) => {
+                                if self.failures > 0 {
+                                    tracing::info!(stream = %self.shared.stream, "reconnected; reading again");
+                                }
+                                self.retry_at = None;
+                                self.reader = Some(reader.clone());
+                                reader
+                            }
+                            Err(error) => return Err(self.lost(error)),
+                        }
+                    }
+                };
+                let claim = (Instant::now() >= self.claim_at).then(|| self.claim_cursor.clone());
+                self.fetching = Some(Box::pin(fetch(self.shared.clone(), reader, claim)));
+            }
+            let fetching = self.fetching.as_mut().expect("set above");
+            let fetched = fetching.await;
+            self.fetching = None;
+            match fetched {
+                Ok(fetched) => {
+                    self.failures = 0;
+                    if let Some(cursor) = fetched.claim_cursor {
+                        let now = Instant::now();
+                        // A scan that has more goes on at once; a finished one waits.
+                        self.claim_at = if cursor == "0-0" {
+                            now + self.claim_interval
+                        } else {
+                            now
+                        };
+                        self.claim_cursor = cursor;
+                    }
+                    self.ready.extend(fetched.entries);
+                }
+                Err(error) => return Err(self.lost(error)),
+            }
+        }
+    }
+
+    fn max_deliveries(&self) -> Option<NonZeroU32> {
+        NonZeroU32::new(self.shared.max_deliveries)
+    }
+
+    fn name(&self) -> &str {
+        &self.shared.stream
+    }
+}
+
+/// Runs a command on the reader (which has no client response timeout) within `limit`.
+async fn on_reader<T: ::redis::FromRedisValue>(
+    what: &'static str,
+    limit: Duration,
+    reader: &mut MultiplexedConnection,
+    command: &::redis::Cmd,
+) -> Result<T, TransportError> {
+    match tokio::time::timeout(limit, command.query_async::<T>(reader)).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(TransportError::new(what, error)),
+        Err(_) => Err(TransportError::msg(
+            what,
+            format!("no reply within {limit:?}; reconnecting"),
+        )),
+    }
+}
+
+/// One fetch: claim back idle pending entries if `claim` holds a cursor, and, when that brought
+/// nothing and the scan is done, read new entries.
+async fn fetch(
+    shared: Arc<Shared>,
+    mut reader: MultiplexedConnection,
+    claim: Option<String>,
+) -> Result<Fetched, TransportError> {
+    let mut claim_cursor = None;
+    if let Some(cursor) = claim {
+        let (next, claimed) = claim_pending(&shared, &mut reader, &cursor).await?;
+        let more = next != "0-0";
+        claim_cursor = Some(next);
+        if more || !claimed.is_empty() {
+            return Ok(Fetched {
+                entries: claimed,
+                claim_cursor,
+            });
+        }
+    }
+    let mut read = ::redis::cmd("XREADGROUP");
+    read.arg("GROUP")
+        .arg(&shared.group)
+        .arg(&shared.consumer)
+        .arg("COUNT")
+        .arg(shared.batch)
+        .arg("BLOCK")
+        .arg(shared.block_ms)
+        .arg("STREAMS")
+        .arg(&shared.stream)
+        .arg(">");
+    let limit = Duration::from_millis(shared.block_ms) + COMMAND_TIMEOUT;
+    let reply: Value = on_reader(
+        "reading new entries (XREADGROUP)",
+        limit,
+        &mut reader,
+        &read,
+    )
+    .await?;
+    let shape = entry::unexpected("XREADGROUP", &reply);
+    let read = entry::read_group(reply)
+        .ok_or_else(|| TransportError::msg("reading new entries (XREADGROUP)", shape))?;
+    let entries = read
+        .into_iter()
+        .filter_map(|read| match read {
+            // New entries are on their first delivery: Redis set their counter to 1.
+            Read::Entry(entry) => Some((entry, DeliveryCount::FIRST)),
+            Read::Deleted(_) => None,
+        })
+        .collect();
+    Ok(Fetched {
+        entries,
+        claim_cursor,
+    })
+}
+
+/// `XAUTOCLAIM` from `cursor`, then each claimed entry's times-delivered from `XPENDING`.
+/// Entries past the bound go to the dead letter here, without reaching a handler.
+async fn claim_pending(
+    shared: &Shared,
+    reader: &mut MultiplexedConnection,
+    cursor: &str,
+) -> Result<(String, Vec<(Entry, DeliveryCount)>), TransportError> {
+    const CLAIM: &str = "claiming pending entries (XAUTOCLAIM)";
+    let mut claim = ::redis::cmd("XAUTOCLAIM");
+    claim
+        .arg(&shared.stream)
+        .arg(&shared.group)
+        .arg(&shared.consumer)
+        .arg(shared.claim_idle_ms)
+        .arg(cursor)
+        .arg("COUNT")
+        .arg(shared.batch);
+    let reply: Value = on_reader(CLAIM, COMMAND_TIMEOUT, reader, &claim).await?;
+    let shape = entry::unexpected("XAUTOCLAIM", &reply);
+    let (next, claimed) =
+        entry::auto_claim(reply).ok_or_else(|| TransportError::msg(CLAIM, shape))?;
+    let mut entries = Vec::with_capacity(claimed.len());
+    for read in claimed {
+        match read {
+            Read::Entry(entry) => entries.push(entry),
+            Read::Deleted(id) => {
+                shared.deleted.increment(1);
+                tracing::warn!(stream = %shared.stream, group = %shared.group, entry.id = %id,
+                    "a pending entry was deleted from the stream (trimmed?) before it was \
+                     acknowledged; Redis dropped it from the pending list and it cannot be delivered");
+            }
+        }
+    }
+    if entries.is_empty() {
+        return Ok((next, Vec::new()));
+    }
+    // The claim incremented each entry's counter; read it back for this consumer.
+    let mut pipe = ::redis::pipe();
+    for entry in &entries {
+        pipe.cmd("XPENDING")
+            .arg(&shared.stream)
+            .arg(&shared.group)
+            .arg(&entry.id)
+            .arg(&entry.id)
+            .arg(1)
+            .arg(&shared.consumer);
+    }
+    const COUNT: &str = "reading the delivery counts (XPENDING)";
+    let counts: Vec<Value> =
+        match tokio::time::timeout(COMMAND_TIMEOUT, pipe.query_async(reader)).await {
+            Ok(Ok(counts)) => counts,
+            Ok(Err(error)) => return Err(TransportError::new(COUNT, error)),
+            Err(_) => return Err(TransportError::msg(COUNT, "no reply; reconnecting")),
+        };
+    if counts.len() != entries.len() {
+        return Err(TransportError::msg(COUNT, "fewer replies than commands"));
+    }
+    let mut out = Vec::with_capacity(entries.len());
+    for (entry, reply) in entries.into_iter().zip(counts) {
+        let shape = entry::unexpected("XPENDING", &reply);
+        let count = entry::pending_count(reply).ok_or_else(|| TransportError::msg(COUNT, shape))?;
+        let Some(count) = count else {
+            // Acknowledged or claimed by another consumer since: not ours to deliver.
+            tracing::debug!(stream = %shared.stream, entry.id = %entry.id, "claimed entry no longer pending for this consumer");
+            continue;
+        };
+        if count > shared.max_deliveries {
+            let detail = format!(
+                "delivered {count} times (bound {}) without being settled: its consumers stopped or crashed while handling it",
+                shared.max_deliveries
+            );
+            let unit_id = entry::unit_id(&entry.fields, &entry.id);
+            match shared
+                .dead_letter(&entry, ReasonKind::Exhausted, &detail, count)
+                .await
+            {
+                Ok(()) => {
+                    shared.exhausted.increment(1);
+                    tracing::error!(unit.id = %unit_id, delivery_count = count, disposition = "dead-letter",
+                        reason = "exhausted", detail, "unit moved to the dead letter");
+                }
+                Err(error) => {
+                    tracing::warn!(unit.id = %unit_id, delivery_count = count, %error,
+                        "could not move a unit past the bound to the dead letter; it stays pending");
+                }
+            }
+            continue;
+        }
+        out.push((entry, DeliveryCount::new(count)));
+    }
+    Ok((next, out))
+}
+
+impl Shared {
+    async fn connection(&self) -> Result<MultiplexedConnection, TransportError> {
+        if let Some(connection) = self
+            .settle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Ok(connection.clone());
+        }
+        let connection = super::open(&self.client, Some(COMMAND_TIMEOUT)).await?;
+        *self.settle.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Forgets the connection after a failure of the connection itself.
+    fn failed(&self, what: &'static str, error: RedisError) -> TransportError {
+        if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_timeout() {
+            *self.settle.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        TransportError::new(what, error)
+    }
+
+    async fn ack(&self, entry_id: &str) -> Result<(), TransportError> {
+        let mut connection = self.connection().await?;
+        ::redis::cmd("XACK")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(entry_id)
+            // 0 means no longer pending: another consumer claimed and acknowledged it meanwhile.
+            .query_async::<i64>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|e| self.failed("acknowledging (XACK)", e))
+    }
+
+    /// `XADD` the entry, intact, with the reason, to the dead letter; only once Redis answered,
+    /// `XACK` it. A failed `XADD` leaves the entry pending.
+    pub(super) async fn dead_letter(
+        &self,
+        entry: &Entry,
+        kind: ReasonKind,
+        detail: &str,
+        count: u32,
+    ) -> Result<(), TransportError> {
+        let mut connection = self.connection().await?;
+        let mut add = ::redis::cmd("XADD");
+        add.arg(&self.dead_letter_stream).arg("*");
+        for (name, value) in &entry.fields {
+            if !entry::is_transport_field(name) {
+                add.arg(name.as_ref()).arg(value.as_ref());
+            }
+        }
+        add.arg(FIELD_DEAD_LETTER_REASON)
+            .arg(kind.as_str())
+            .arg(FIELD_DEAD_LETTER_DETAIL)
+            .arg(detail)
+            .arg(FIELD_DEAD_LETTER_SOURCE)
+            .arg(&self.stream)
+            .arg(FIELD_DEAD_LETTER_ENTRY_ID)
+            .arg(&entry.id)
+            .arg(FIELD_DEAD_LETTER_DELIVERY_COUNT)
+            .arg(count);
+        if let Err(error) = add.query_async::<Value>(&mut connection).await {
+            let error = self.failed("moving the unit to the dead letter (XADD)", error);
+            return Err(TransportError::msg(
+                "moving the unit to the dead letter",
+                format!(
+                    "{error}; entry {} stays pending and is claimed back",
+                    entry.id
+                ),
+            ));
+        }
+        self.ack(&entry.id).await.map_err(|error| {
+            TransportError::msg(
+                "acknowledging a dead-lettered unit",
+                format!(
+                    "{error}; entry {} is in the dead letter and still pending: it will be \
+                     delivered again and dead-lettered twice",
+                    entry.id
+                ),
+            )
+        })
+    }
+}
+
+/// The handle of one entry from a [`RedisSource`]. Only the runtime holds it.
+///
+/// Dropped unsettled, the entry stays pending in the group and is claimed back after the claim
+/// idle time, as a dead consumer's entries are.
+pub struct RedisHandle {
+    entry: Entry,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RedisHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisHandle")
+            .field("stream", &self.shared.stream)
+            .field("entry_id", &self.entry.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisHandle {
+    /// The entry's id in the stream.
+    pub fn entry_id(&self) -> &str {
+        &self.entry.id
+    }
+}
+
+impl crate::marker::AckHandle for RedisHandle {}
+
+impl Settle for RedisHandle {
+    async fn settle(self, unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
+        match disposition {
+            Disposition::Ack => self.shared.ack(&self.entry.id).await,
+            // Left pending: claimed back once idle for the claim idle time, which is the
+            // backoff, and counted by Redis on that claim.
+            Disposition::Return { .. } => Ok(()),
+            Disposition::DeadLetter(reason) => {
+                self.shared
+                    .dead_letter(
+                        &self.entry,
+                        reason.kind(),
+                        reason.detail(),
+                        unit.delivery_count().get(),
+                    )
+                    .await
+            }
+        }
+    }
+}

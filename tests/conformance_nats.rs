@@ -1,0 +1,145 @@
+//! The transport conformance suite against the real NATS JetStream (127.0.0.1:4222, or
+//! `NATS_URL`). Fails, never skips, when the server is unreachable.
+#![cfg(feature = "nats")]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream;
+use delivery::Unit;
+use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
+use delivery::testing::conformance::{self, DeadLettered, Fixture};
+
+fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+struct JetStream {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    suffix: String,
+    declared: Mutex<Vec<NatsTopology>>,
+}
+
+impl JetStream {
+    async fn new() -> Self {
+        static RUN: AtomicU64 = AtomicU64::new(0);
+        let url = nats_url();
+        let client = async_nats::connect(&url).await.unwrap_or_else(|e| {
+            panic!("NATS unreachable at {url}: {e} (scripts/services.sh starts it)")
+        });
+        JetStream {
+            context: jetstream::new(client.clone()),
+            client,
+            suffix: format!(
+                "{}-{}",
+                std::process::id(),
+                RUN.fetch_add(1, Ordering::Relaxed)
+            ),
+            declared: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn topology(&self, name: &str) -> NatsTopology {
+        let stream = format!("{name}-{}", self.suffix);
+        NatsTopology::new(&stream)
+            .subjects([stream.clone()])
+            .ack_wait(Duration::from_secs(5))
+            // The shortest JetStream allows: the suite publishes one unit twice on purpose.
+            .duplicate_window(Duration::from_millis(100))
+            .batch(16)
+    }
+
+    async fn delete(&self, topology: &NatsTopology) {
+        for stream in [&topology.stream, &topology.dead_letter_stream_name()] {
+            let _ = self.context.delete_stream(stream).await;
+        }
+    }
+
+    async fn cleanup(&self) {
+        let declared = std::mem::take(&mut *self.declared.lock().unwrap());
+        for topology in declared {
+            self.delete(&topology).await;
+        }
+    }
+}
+
+impl Fixture for JetStream {
+    type Source = NatsSource;
+
+    async fn declare(&self, name: &str, max_deliveries: u32) {
+        let topology = self.topology(name).max_deliver(max_deliveries);
+        self.delete(&topology).await;
+        topology.declare(&self.context).await.unwrap();
+        self.declared.lock().unwrap().push(topology);
+    }
+
+    /// Published under the unit's id as `Nats-Msg-Id`. JetStream drops a second publish of one
+    /// id inside the duplicate window, so a unit published twice on purpose is published again
+    /// once the window (100 ms here) has passed: a producer's retry after it.
+    async fn publish(&self, name: &str, unit: Unit) {
+        let topology = self.topology(name);
+        let mut headers = HeaderMap::new();
+        for (k, v) in unit.headers().iter() {
+            headers.insert(k, String::from_utf8_lossy(v).as_ref());
+        }
+        headers.insert("Nats-Msg-Id", unit.id().as_str());
+        for _ in 0..50 {
+            let ack = self
+                .context
+                .publish_with_headers(
+                    topology.stream.clone(),
+                    headers.clone(),
+                    unit.payload().clone(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+            if !ack.duplicate {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        panic!("{} stayed a duplicate", unit.id());
+    }
+
+    async fn consume(&self, name: &str) -> NatsSource {
+        let topology = self
+            .declared
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|t| t.stream == self.topology(name).stream)
+            .cloned()
+            .expect("declared before consumed");
+        NatsSource::with_client(self.client.clone(), topology)
+            .await
+            .unwrap()
+    }
+
+    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
+        NatsDeadLetters::new(self.client.clone(), &self.topology(name))
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| DeadLettered {
+                id: d.id.to_string(),
+                delivery_count: d.delivery_count.unwrap_or(0),
+                reason: d.reason.expect("a reason recorded with every dead letter"),
+                payload: d.payload,
+                headers: d.headers,
+            })
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_passes_the_conformance_suite() {
+    let nats = JetStream::new().await;
+    conformance::run_all(&nats).await;
+    nats.cleanup().await;
+}

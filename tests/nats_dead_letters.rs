@@ -1,0 +1,195 @@
+//! The operator's side of the JetStream dead letter, against the real server: poison moved by the
+//! consumer, listed and peeked without consuming, the depth gauge, and a redrive back to the
+//! source subject under the same unit id.
+#![cfg(feature = "nats")]
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream;
+use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
+use delivery::{Consumer, HandlerError, Json, ReasonKind, UnitId, consumer};
+
+fn nats_url() -> String {
+    std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    amount_cents: i64,
+}
+
+#[consumer]
+async fn strict(Json(order): Json<Order>) -> Result<(), HandlerError> {
+    if order.amount_cents < 0 {
+        return Err(HandlerError::reject("negative amount"));
+    }
+    Ok(())
+}
+
+/// Consumes until the consumer's ack floor reaches `sequence`.
+async fn consume_through(
+    client: &async_nats::Client,
+    topology: &NatsTopology,
+    sequence: u64,
+) -> delivery::Report {
+    let context = jetstream::new(client.clone());
+    let source = NatsSource::with_client(client.clone(), topology.clone())
+        .await
+        .unwrap();
+    let stream = context.get_stream(&topology.stream).await.unwrap();
+    let durable = topology.durable.clone();
+    Consumer::new(source)
+        .shutdown_on(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let info = stream.consumer_info(&durable).await.unwrap();
+                if info.ack_floor.stream_sequence >= sequence && info.num_ack_pending == 0 {
+                    return;
+                }
+            }
+        })
+        .run(strict)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_peek_and_redrive_under_the_same_id() {
+    let client = async_nats::connect(nats_url())
+        .await
+        .unwrap_or_else(|e| panic!("NATS unreachable at {}: {e}", nats_url()));
+    let context = jetstream::new(client.clone());
+    let stream = format!("nats-dlq-{}", std::process::id());
+    let topology = NatsTopology::new(&stream)
+        .subjects([format!("{stream}.>")])
+        .duplicate_window(Duration::from_millis(100));
+    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+        let _ = context.delete_stream(s).await;
+    }
+    delivery::nats::declare(&nats_url(), &topology)
+        .await
+        .unwrap();
+
+    let publish = async |subject: &str, id: Option<&str>, body: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("tenant", "acme");
+        if let Some(id) = id {
+            headers.insert("Nats-Msg-Id", id);
+        }
+        context
+            .publish_with_headers(
+                format!("{stream}.{subject}"),
+                headers,
+                body.to_owned().into(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence
+    };
+    publish("a", Some("bad-json"), "{oops").await;
+    publish("b", Some("negative"), r#"{"amount_cents":-5}"#).await;
+    let anonymous = publish("c", None, r#"{"amount_cents":-1}"#).await;
+    let last = publish("d", Some("fine"), r#"{"amount_cents":5}"#).await;
+    let report = consume_through(&client, &topology, last).await;
+    assert_eq!((report.acked, report.dead_lettered), (1, 3), "{report:?}");
+
+    let dead = NatsDeadLetters::new(client.clone(), &topology);
+    assert_eq!(dead.name(), format!("{stream}_DLQ"));
+    assert_eq!(dead.count().await.unwrap(), 3);
+    let listed = dead.list().await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|d| d.id.as_str()).collect();
+    let anonymous_id = format!("{stream}:{anonymous}");
+    assert_eq!(ids, ["bad-json", "negative", anonymous_id.as_str()]);
+    let bad = &listed[0];
+    assert_eq!(bad.payload.as_ref(), b"{oops", "intact");
+    assert_eq!(bad.reason, Some(ReasonKind::Malformed));
+    assert_eq!(bad.delivery_count, Some(1));
+    assert_eq!(bad.source.as_deref(), Some(stream.as_str()));
+    assert_eq!(bad.subject.as_deref(), Some(format!("{stream}.a").as_str()));
+    assert_eq!(bad.source_sequence, Some(1));
+    assert_eq!(bad.headers.get_str("tenant"), Some("acme"));
+    assert_eq!(bad.headers.get_str("Nats-Msg-Id"), Some("bad-json"));
+    assert_eq!(listed[1].reason, Some(ReasonKind::Rejected));
+    assert_eq!(
+        listed[1].detail.as_deref(),
+        Some("negative amount"),
+        "{:?}",
+        listed[1]
+    );
+    let peeked = dead.peek(1).await.unwrap();
+    assert_eq!(peeked.len(), 1);
+    assert_eq!(peeked[0].id, bad.id);
+    assert_eq!(
+        dead.count().await.unwrap(),
+        3,
+        "listing and peeking consume nothing"
+    );
+
+    // Redrive the two refused units; the malformed one stays. Units redriven inside the source's
+    // duplicate window are refused by JetStream and stay too, so the redrive is repeated until
+    // the window (100 ms here) has passed.
+    let wanted = |d: &delivery::nats::DeadLetterRecord| d.reason == Some(ReasonKind::Rejected);
+    let mut moved: Vec<UnitId> = Vec::new();
+    for _ in 0..50 {
+        let report = dead.redrive(wanted).await.unwrap();
+        assert_eq!(report.kept, 1, "{report:?}");
+        moved.extend(report.moved);
+        if report.duplicates.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    moved.sort();
+    let mut expected = vec![UnitId::new("negative"), UnitId::new(anonymous_id.clone())];
+    expected.sort();
+    assert_eq!(moved, expected);
+    assert_eq!(dead.count().await.unwrap(), 1, "the malformed unit stays");
+
+    // Back in the source stream on their subject, under the same id, without the dead letter's
+    // headers; consumed (and refused) again, they come back to the dead letter with the same id.
+    let source = context.get_stream(&stream).await.unwrap();
+    let info = source.get_info().await.unwrap();
+    let redriven_seq = info.state.last_sequence;
+    let mut seen = Vec::new();
+    for seq in redriven_seq - 1..=redriven_seq {
+        let message = source.get_raw_message(seq).await.unwrap();
+        assert!(message.headers.get("x-dead-letter-reason").is_none());
+        assert_eq!(
+            message.headers.get("tenant").map(|v| v.as_str()),
+            Some("acme")
+        );
+        seen.push((
+            message.subject.to_string(),
+            message
+                .headers
+                .get("Nats-Msg-Id")
+                .unwrap()
+                .as_str()
+                .to_owned(),
+        ));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (format!("{stream}.b"), "negative".to_owned()),
+            (format!("{stream}.c"), anonymous_id.clone()),
+        ]
+    );
+    consume_through(&client, &topology, redriven_seq).await;
+    let again: Vec<String> = dead
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id.to_string())
+        .collect();
+    assert_eq!(again.len(), 3, "{again:?}");
+    assert!(again.contains(&"negative".to_owned()) && again.contains(&anonymous_id));
+
+    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+        let _ = context.delete_stream(s).await;
+    }
+}

@@ -1,0 +1,162 @@
+//! The operator's side of the Redis dead-letter stream, against the real Redis: count (and its
+//! gauge), list and peek without consuming, redrive under the same unit id.
+#![cfg(feature = "redis")]
+
+use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
+use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Settle, Source, Unit};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use redis::Value;
+
+fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _metrics = metrics::set_default_local_recorder(&recorder);
+
+    let url = redis_url();
+    let mut redis = delivery::redis::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
+    let topology = RedisTopology::new(format!("redis-dlq-{}", std::process::id()), "ops");
+    let dlq = topology.dead_letter_stream_name();
+    let _: () = redis::cmd("DEL")
+        .arg(&topology.stream)
+        .arg(&dlq)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    delivery::redis::declare(&url, &topology).await.unwrap();
+
+    // Three units, one of them an entry without an `id` field, all rejected by a consumer.
+    for id in ["d-1", "d-2"] {
+        let unit = Unit::new(id, format!("body of {id}"))
+            .with_headers(Headers::from_pairs([("tenant", "acme")]));
+        delivery::redis::publish(&mut redis, &topology.stream, &unit)
+            .await
+            .unwrap();
+    }
+    let bare: String = redis::cmd("XADD")
+        .arg(&topology.stream)
+        .arg("*")
+        .arg("payload")
+        .arg("bare body")
+        .arg("tenant")
+        .arg("globex")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut source = RedisSource::connect(&url, topology.clone()).await.unwrap();
+    for _ in 0..3 {
+        let (unit, handle) = source.receive().await.unwrap().unwrap();
+        let refused = Disposition::DeadLetter(DeadLetterReason::new(
+            ReasonKind::Rejected,
+            format!("{} refused", unit.id()),
+        ));
+        handle.settle(&unit, &refused).await.unwrap();
+    }
+
+    let dead = RedisDeadLetters::new(&url, &topology).unwrap();
+    assert_eq!(dead.name(), dlq);
+    assert_eq!(dead.count().await.unwrap(), 3);
+    let depth = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .find(|(key, _, _, _)| {
+            key.key().name() == "delivery_dead_letter_depth"
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "dead_letter" && l.value() == dlq)
+        })
+        .map(|(_, _, _, value)| value);
+    assert_eq!(depth, Some(DebugValue::Gauge(3.0.into())));
+
+    let peeked = dead.peek(10).await.unwrap();
+    let ids: Vec<&str> = peeked.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["d-1", "d-2", bare.as_str()], "oldest first");
+    for record in &peeked {
+        assert_eq!(record.reason, Some(ReasonKind::Rejected));
+        assert_eq!(record.source.as_deref(), Some(topology.stream.as_str()));
+        assert_eq!(record.delivery_count, Some(1));
+        assert_eq!(record.detail, Some(format!("{} refused", record.id)));
+        assert!(record.source_entry_id.is_some());
+    }
+    assert_eq!(peeked[0].payload.as_ref(), b"body of d-1");
+    assert_eq!(peeked[0].headers.get_str("tenant"), Some("acme"));
+    assert_eq!(peeked[2].source_entry_id.as_deref(), Some(bare.as_str()));
+    assert_eq!(peeked[2].headers.get_str("tenant"), Some("globex"));
+    // Paging: what follows the first.
+    let rest = dead.list(Some(&peeked[0].entry_id), 10).await.unwrap();
+    assert_eq!(rest, peeked[1..]);
+    assert_eq!(dead.peek(1).await.unwrap(), peeked[..1]);
+    assert_eq!(dead.count().await.unwrap(), 3, "peeking consumed nothing");
+
+    // Redrive the second and the bare one; keep the first.
+    let report = dead.redrive(|r| r.id.as_str() != "d-1").await.unwrap();
+    assert_eq!(
+        report
+            .moved
+            .iter()
+            .map(|id| id.as_str())
+            .collect::<Vec<_>>(),
+        ["d-2", bare.as_str()]
+    );
+    assert_eq!(report.kept, 1);
+    assert_eq!(dead.count().await.unwrap(), 1);
+    assert_eq!(dead.peek(10).await.unwrap()[0].id.as_str(), "d-1");
+
+    // Back in the source stream: the unit's own fields, no bookkeeping, and its unit id as `id`.
+    let back: Value = redis::cmd("XRANGE")
+        .arg(&topology.stream)
+        .arg(format!("({bare}"))
+        .arg("+")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let Value::Array(entries) = back else {
+        panic!("{back:?}")
+    };
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    for entry in &entries {
+        let Value::Array(parts) = entry else { panic!() };
+        let Value::Array(fields) = &parts[1] else {
+            panic!()
+        };
+        let names: Vec<String> = fields
+            .iter()
+            .step_by(2)
+            .map(|v| match v {
+                Value::BulkString(b) => String::from_utf8(b.clone()).unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(
+            !names.iter().any(|n| n.starts_with("x-dead-letter-")),
+            "bookkeeping fields go: {names:?}"
+        );
+        assert!(names.iter().any(|n| n == "tenant"), "{names:?}");
+    }
+
+    // Consumed again: same unit ids (the bare one keeps its first entry id), counted afresh.
+    for (id, payload) in [("d-2", "body of d-2"), (bare.as_str(), "bare body")] {
+        let (unit, handle) = source.receive().await.unwrap().unwrap();
+        assert_eq!(unit.id().as_str(), id);
+        assert_eq!(unit.payload().as_ref(), payload.as_bytes());
+        assert_eq!(unit.delivery_count().get(), 1);
+        assert_ne!(handle.entry_id(), id, "a new entry");
+        handle.settle(&unit, &Disposition::Ack).await.unwrap();
+    }
+
+    drop(source);
+    let _: () = redis::cmd("DEL")
+        .arg(&topology.stream)
+        .arg(&dlq)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+}
