@@ -104,8 +104,10 @@ impl fmt::Display for Stamp {
 }
 
 /// Read-only headers delivered with a unit. Values are bytes; most are text.
+///
+/// Empty headers (the common case) cost no allocation.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Headers(Arc<BTreeMap<String, Bytes>>);
+pub struct Headers(Option<Arc<BTreeMap<String, Bytes>>>);
 
 impl Headers {
     /// Builds headers from name/value pairs.
@@ -114,17 +116,16 @@ impl Headers {
         K: Into<String>,
         V: Into<Bytes>,
     {
-        Headers(Arc::new(
-            pairs
-                .into_iter()
-                .map(|(k, v)| (k.into(), v.into()))
-                .collect(),
-        ))
+        let map: BTreeMap<String, Bytes> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Headers((!map.is_empty()).then(|| Arc::new(map)))
     }
 
     /// The raw value of a header.
     pub fn get(&self, name: &str) -> Option<&Bytes> {
-        self.0.get(name)
+        self.0.as_ref()?.get(name)
     }
 
     /// The value of a header, if it is present and UTF-8.
@@ -134,24 +135,27 @@ impl Headers {
 
     /// Iterates over all headers in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Bytes)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v))
+        self.0
+            .iter()
+            .flat_map(|map| map.iter())
+            .map(|(k, v)| (k.as_str(), v))
     }
 
     /// The number of headers.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.as_ref().map_or(0, |map| map.len())
     }
 
     /// Whether there are no headers.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 
     /// A copy with one header set; used by transports recording a dead letter's reason.
     pub fn with(&self, name: impl Into<String>, value: impl Into<Bytes>) -> Headers {
-        let mut map = (*self.0).clone();
+        let mut map = self.0.as_deref().cloned().unwrap_or_default();
         map.insert(name.into(), value.into());
-        Headers(Arc::new(map))
+        Headers(Some(Arc::new(map)))
     }
 }
 

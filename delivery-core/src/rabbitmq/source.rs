@@ -2,6 +2,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -51,15 +52,17 @@ struct Shared {
     publisher: ConfirmedPublisher,
     /// A classic queue: the count travels with the unit, and a return is a confirmed copy.
     classic: bool,
-    /// Classic returns waiting out their backoff: each must publish its copy and ack its
-    /// original on the channel it came from, so the source keeps that channel open for them
-    /// when it is dropped, and tells them to stop waiting.
+    /// Returns waiting out their backoff: each must reject (quorum) or copy and ack (classic)
+    /// its delivery on the channel it came from, so the source keeps that channel open for them
+    /// when it is dropped, cancels its consumer, and tells them to stop waiting.
     returns: TaskTracker,
     closing: CancellationToken,
     /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
     /// so a source being dropped with them (a crash) leaves them to the connection's close and
     /// the broker counts the return once.
     dropped: std::sync::Mutex<Vec<Acker>>,
+    /// Whether `dropped` may hold any, so `receive` takes the lock only then.
+    any_dropped: std::sync::atomic::AtomicBool,
 }
 
 impl RabbitSource {
@@ -87,6 +90,7 @@ impl RabbitSource {
                 returns: TaskTracker::new(),
                 closing: CancellationToken::new(),
                 dropped: std::sync::Mutex::new(Vec::new()),
+                any_dropped: std::sync::atomic::AtomicBool::new(false),
             }),
             consumer_tag: format!("delivery-{}-{}", std::process::id(), next_tag()),
             url,
@@ -168,9 +172,10 @@ impl RabbitSource {
 }
 
 impl Drop for RabbitSource {
-    /// Classic returns still waiting out their backoff are completed at once (copy, then ack)
-    /// before the connection closes; otherwise the broker would hand back the original while its
-    /// copy is published too.
+    /// Returns still waiting out their backoff are completed at once, after the consumer is
+    /// cancelled and before the connection closes: a quorum queue's reject then counts one
+    /// delivery (not a redelivery to this consumer plus its close), and a classic queue's
+    /// original is acked rather than handed back beside its copy.
     fn drop(&mut self) {
         if self.shared.returns.is_empty() {
             return;
@@ -210,13 +215,17 @@ impl Source for RabbitSource {
     /// Cancel safe: a delivery is taken from lapin's consumer stream only when it is returned;
     /// a cancelled reconnection is simply started again (and its half-open connection closed).
     async fn receive(&mut self) -> Result<Option<(Unit, RabbitHandle)>, TransportError> {
-        let dropped = std::mem::take(
-            &mut *self
-                .shared
-                .dropped
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let dropped = if self.shared.any_dropped.swap(false, Ordering::AcqRel) {
+            std::mem::take(
+                &mut *self
+                    .shared
+                    .dropped
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            )
+        } else {
+            Vec::new()
+        };
         for acker in dropped {
             tokio::spawn(async move {
                 let _ = acker.reject(BasicRejectOptions { requeue: true }).await;
@@ -340,12 +349,19 @@ impl Settle for RabbitHandle {
             Disposition::Return { after } if after.is_zero() => requeue(&acker).await,
             Disposition::Return { after } => {
                 // The wait holds the delivery (and its prefetch slot), not the handler's
-                // concurrency slot. If the channel goes meanwhile, the broker returns it anyway.
+                // concurrency slot. If the channel goes meanwhile, the broker returns it anyway;
+                // if the source is dropped, the return is made at once, after the consumer is
+                // cancelled (so the unit is not delivered to this consumer again on its way out,
+                // which would count a delivery twice).
                 let after = *after;
                 let id = unit.id().clone();
                 let queue = self.shared.queue.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(after).await;
+                let closing = self.shared.closing.clone();
+                self.shared.returns.spawn(async move {
+                    tokio::select! {
+                        () = tokio::time::sleep(after) => {}
+                        () = closing.cancelled() => {}
+                    }
                     if let Err(error) = requeue(&acker).await {
                         tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
                         metrics::counter!("delivery_settle_failed_total", "source" => queue)
@@ -465,6 +481,7 @@ impl Drop for RabbitHandle {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(acker);
+            self.shared.any_dropped.store(true, Ordering::Release);
         }
     }
 }
