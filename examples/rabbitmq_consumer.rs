@@ -119,7 +119,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     delivery::rabbitmq::declare(&amqp_url, &topology).await?;
     let db = PgPoolOptions::new()
         .max_connections(u32::try_from(concurrency).unwrap_or(u32::MAX).max(1))
-        .acquire_timeout(Duration::from_secs(30))
+        // Fail fast while the database is unreachable: the unit is returned and redelivered
+        // after the runtime's backoff, instead of a handler holding its slot for long.
+        .acquire_timeout(Duration::from_secs(2))
         .connect(&database_url)
         .await?;
     sqlx::raw_sql(

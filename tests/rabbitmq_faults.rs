@@ -2,8 +2,12 @@
 //! PostgreSQL stopped for a few seconds mid-run, and RabbitMQ stopped and started mid-run
 //! (`rabbitmqctl stop_app` / `start_app`). Each server is started again even when the test fails.
 //!
-//! The two faults run one after the other in a single test: this binary stops servers the other
-//! tests of this binary would need, and cargo runs test binaries one at a time.
+//! The database that goes down is a PostgreSQL cluster of this test's own
+//! (`delivery_faults`, port 5433, created with `pg_createcluster` on first use), so stopping it
+//! disturbs nothing else on the machine.
+//!
+//! The two faults run one after the other (a lock), and cargo runs test binaries one at a time, so
+//! no other test sees the broker go down.
 #![cfg(feature = "lapin")]
 
 #[path = "support/rabbitmq_orders.rs"]
@@ -28,7 +32,8 @@ fn service(what: &str, program: &str, args: &[&str]) {
     );
 }
 
-fn postgres_cluster() -> String {
+/// The PostgreSQL version whose tools manage the clusters.
+fn postgres_version() -> String {
     let versions =
         std::fs::read_dir("/etc/postgresql").expect("/etc/postgresql lists the clusters");
     let mut versions: Vec<String> = versions
@@ -38,14 +43,45 @@ fn postgres_cluster() -> String {
     versions.into_iter().next().expect("a PostgreSQL cluster")
 }
 
+const FAULT_CLUSTER: &str = "delivery_faults";
+const FAULT_PORT: &str = "5433";
+
+/// The test's own PostgreSQL cluster, created (trust auth, port 5433) and started if needed.
+fn fault_database() -> String {
+    let version = postgres_version();
+    let listed = Command::new("pg_lsclusters")
+        .args(["--no-header", &version, FAULT_CLUSTER])
+        .output()
+        .expect("pg_lsclusters runs");
+    let line = String::from_utf8_lossy(&listed.stdout).into_owned();
+    if !listed.status.success() || line.trim().is_empty() {
+        service(
+            "creating the fault test's PostgreSQL cluster",
+            "pg_createcluster",
+            &[
+                &version,
+                FAULT_CLUSTER,
+                "-p",
+                FAULT_PORT,
+                "--start",
+                "--",
+                "--auth=trust",
+            ],
+        );
+    } else if !line.contains("online") {
+        start_postgres();
+    }
+    format!("postgres://postgres@127.0.0.1:{FAULT_PORT}/postgres")
+}
+
 fn stop_postgres() {
     service(
         "stopping PostgreSQL",
         "pg_ctlcluster",
         &[
             "--skip-systemctl-redirect",
-            &postgres_cluster(),
-            "main",
+            &postgres_version(),
+            FAULT_CLUSTER,
             "stop",
             "-m",
             "fast",
@@ -59,8 +95,8 @@ fn start_postgres() {
         "pg_ctlcluster",
         &[
             "--skip-systemctl-redirect",
-            &postgres_cluster(),
-            "main",
+            &postgres_version(),
+            FAULT_CLUSTER,
             "start",
         ],
     );
@@ -96,6 +132,24 @@ impl Drop for Restart {
     }
 }
 
+/// `line` without its ANSI color sequences (`ESC [ ... m`).
+fn without_colors(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// How many units the child logged as returned for redelivery, and the highest delivery count
 /// among them.
 fn returned(log: &std::path::Path) -> (usize, u32) {
@@ -106,6 +160,7 @@ fn returned(log: &std::path::Path) -> (usize, u32) {
         .lines()
         .filter(|l| l.contains("returned for redelivery"))
     {
+        let line = without_colors(line);
         n += 1;
         if let Some(count) = line
             .split("delivery_count=")
@@ -119,18 +174,27 @@ fn returned(log: &std::path::Path) -> (usize, u32) {
     (n, highest)
 }
 
+/// The faults run one at a time: a broker restart would also cut the other test's connections.
+static ONE_FAULT_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outages_of_the_database_and_the_broker_lose_nothing_and_exhaust_nothing() {
+async fn a_database_outage_is_waited_out() {
+    let _one = ONE_FAULT_AT_A_TIME.lock().await;
     database_outage_is_waited_out().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_restart_loses_nothing() {
+    let _one = ONE_FAULT_AT_A_TIME.lock().await;
     broker_restart_resumes_consumption().await;
 }
 
-/// PostgreSQL is stopped for 6 s while units keep arriving. With the default backoff (and the
+/// PostgreSQL is stopped for 10 s while units keep arriving. With the default backoff (and the
 /// example's delivery limit of 5), units that failed during the outage are applied afterwards,
 /// not dead-lettered as exhausted.
 async fn database_outage_is_waited_out() {
     const UNITS: usize = 400;
-    let env = Env::new("db-outage", 5).await;
+    let env = Env::with_database("db-outage", 5, fault_database()).await;
     let log = std::env::temp_dir().join(format!("delivery-db-outage-{}.log", std::process::id()));
     let mut child = env.start_with(8, File::create(&log).unwrap());
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
@@ -157,7 +221,7 @@ async fn database_outage_is_waited_out() {
     stop_postgres();
     let restart = Restart(Some(start_postgres));
     publish(100..UNITS).await; // units keep arriving while the database is down
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     start_postgres();
     restart.disarm();
 
@@ -187,10 +251,10 @@ async fn database_outage_is_waited_out() {
     assert_eq!(
         env.dead_letters().count().await.unwrap(),
         0,
-        "no unit exhausted its bound during a 6 s outage"
+        "no unit exhausted its bound during a 10 s outage"
     );
     eprintln!(
-        "database outage: {UNITS} units, 6 s outage, {returns} returns (highest delivery count {highest}), 0 dead-lettered"
+        "database outage: {UNITS} units, 10 s outage, {returns} returns (highest delivery count {highest}), 0 dead-lettered"
     );
     let _ = std::fs::remove_file(&log);
     env.cleanup().await;

@@ -49,6 +49,7 @@ pub fn example_binary() -> PathBuf {
 }
 
 pub struct Env {
+    pub database_url: String,
     pub queue: String,
     pub schema: String,
     pub db: PgPool,
@@ -59,11 +60,16 @@ pub struct Env {
 
 impl Env {
     pub async fn new(name: &str, delivery_limit: u32) -> Env {
+        Env::with_database(name, delivery_limit, database_url()).await
+    }
+
+    /// An environment whose effects go to the PostgreSQL at `database_url`.
+    pub async fn with_database(name: &str, delivery_limit: u32, database_url: String) -> Env {
         let queue = format!("rmq-{name}-{}", std::process::id());
         let schema = format!("rmq_{}_{}", name.replace('-', "_"), std::process::id());
-        let db = PgPool::connect(&database_url())
+        let db = PgPool::connect(&database_url)
             .await
-            .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {}: {e}", database_url()));
+            .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {database_url}: {e}"));
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"
         )))
@@ -85,6 +91,7 @@ impl Env {
             .await
             .unwrap();
         Env {
+            database_url,
             publisher: ConfirmedPublisher::new(amqp_url()),
             binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
             queue,
@@ -95,7 +102,7 @@ impl Env {
     }
 
     pub fn child_database_url(&self) -> String {
-        let base = database_url();
+        let base = &self.database_url;
         let sep = if base.contains('?') { '&' } else { '?' };
         format!("{base}{sep}options=-c%20search_path%3D{}", self.schema)
     }
@@ -104,9 +111,9 @@ impl Env {
         self.start_with(concurrency, Stdio::null())
     }
 
-    /// Starts the example with its warnings and errors (one line per returned or dead-lettered
-    /// unit) written to `stderr`.
-    pub fn start_with(&self, concurrency: usize, stderr: impl Into<Stdio>) -> Child {
+    /// Starts the example with its log (warnings and errors: one line per returned or
+    /// dead-lettered unit) written to `log`.
+    pub fn start_with(&self, concurrency: usize, log: impl Into<Stdio>) -> Child {
         Command::new(&self.binary)
             .env("AMQP_URL", amqp_url())
             .env("DATABASE_URL", self.child_database_url())
@@ -115,8 +122,8 @@ impl Env {
             .env("PREFETCH", "64")
             .env("CONCURRENCY", concurrency.to_string())
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(stderr)
+            .stdout(log)
+            .stderr(Stdio::null())
             .spawn()
             .expect("starting the example")
     }
