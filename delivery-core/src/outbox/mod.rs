@@ -2,11 +2,46 @@
 //! transaction to an outbox; a relay then hands each record, under its own id, to a relay function
 //! that sends it through a sink, and marks it delivered only once the sink's [`Receipt`] proves
 //! the receiver confirmed.
+//!
+//! | where | what |
+//! |---|---|
+//! | [`Outbox`], [`NewRecord`] | the write side: a record in the caller's own transaction (features `postgres`, `sqlite`) |
+//! | [`PgStore`], [`SqliteStore`] | the outbox table: claims under a lease, batched marks, dead records and re-queue |
+//! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
+//! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
+//! | [`sink`] | where a relay function sends: RabbitMQ, HTTP, and [`sink::MemorySink`] for tests |
+//!
+//! The table (`delivery-core/sql/outbox_postgres.sql`, `outbox_sqlite.sql`) keeps per record: its
+//! id (fixed at write time), topic, key, payload, status (`pending`, `delivered`, `dead`), failed
+//! attempts, last error, when it is available again (backoff), the lease (owner, until), the
+//! created order, and when it was delivered. Every time in it is the database's clock.
 
 mod record;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod relayer;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod store;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod write;
+
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 
 pub use record::{
     Attempt, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
 };
+
+#[cfg(feature = "postgres")]
+pub use postgres::PgStore;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use relayer::{RelayReport, Relayer};
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use store::{Claim, Mark, Status, Store, StoredRecord, Wakeups};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
 
 pub mod sink;

@@ -203,7 +203,6 @@ pub struct Receipt {
 
 impl Receipt {
     /// Made by a sink once the receiver confirmed `record`.
-    #[allow(dead_code)] // the sinks land with the relay
     pub(crate) fn confirmed(record: RecordId) -> Self {
         Receipt { record }
     }

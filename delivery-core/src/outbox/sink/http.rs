@@ -1,1 +1,373 @@
 //! HTTP sink (reqwest): POST with `Idempotency-Key: <record id>`.
+//!
+//! [`HttpSink::send`] POSTs a record's payload, byte for byte, to the record's endpoint with the
+//! header `Idempotency-Key` set to the record id — the same on every attempt, so the receiver
+//! deduplicates (rule 6) — and returns a [`Receipt`] only for a 2xx answer.
+//!
+//! | answer | failure |
+//! |---|---|
+//! | 2xx | none: a receipt |
+//! | 408, 429, 5xx, a timeout, a connection error | [`HandlerError::retry`], with the receiver's `Retry-After` (seconds or HTTP-date) as [`HandlerError::after`] |
+//! | 3xx | [`HandlerError::reject`]: redirects are not followed (a `303` would turn the POST into a GET) |
+//! | any other 4xx | [`HandlerError::reject`]: the receiver refused the record; the relay marks it dead at once |
+//!
+//! The sink speaks plain `http://` with reqwest's default features off. For `https://`, enable a
+//! TLS feature of reqwest in your own `Cargo.toml` (for example
+//! `reqwest = { version = "0.13", features = ["rustls"] }`); Cargo unifies the features.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::StatusCode;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
+use reqwest::{Client, IntoUrl, Url};
+use tracing::debug;
+
+use crate::error::HandlerError;
+use crate::outbox::{Receipt, Record};
+
+/// The header carrying the record id.
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+/// How long one POST may take, connect to last body byte, unless told otherwise.
+pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest `Retry-After` honoured; a receiver asking for more gets this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How much of a refusing receiver's body is kept in the error (and so in the dead record).
+const BODY_EXCERPT: usize = 512;
+
+/// Sends outbox records to an HTTP receiver and returns a [`Receipt`] only for a 2xx answer.
+/// Cloning is cheap (the reqwest client is shared).
+///
+/// ```no_run
+/// use delivery::outbox::sink::HttpSink;
+/// use delivery::outbox::Record;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let sink = HttpSink::new("http://127.0.0.1:8080/events")?;
+/// let record = Record::new("order-42-placed", "orders", None, &br#"{"order_id":"42"}"#[..], 0);
+/// match sink.send(&record).await {
+///     Ok(receipt) => assert_eq!(receipt.record(), record.id()),
+///     Err(failure) => println!("retry: {}, after: {:?}", failure.is_retry(), failure.delay()),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// One endpoint per topic:
+///
+/// ```
+/// use delivery::outbox::sink::HttpSink;
+/// use delivery::outbox::Record;
+///
+/// let sink = HttpSink::routed(|record: &Record| match record.topic() {
+///     "orders" => "http://orders.internal/events".parse().ok(),
+///     "billing" => "http://billing.internal/hooks".parse().ok(),
+///     _ => None, // no endpoint: the record is rejected (dead), for an operator to re-queue
+/// })
+/// .unwrap();
+/// # let _ = sink;
+/// ```
+#[derive(Clone)]
+pub struct HttpSink {
+    client: Client,
+    endpoint: Endpoint,
+    content_type: HeaderValue,
+    headers: HeaderMap,
+    timeout: Duration,
+}
+
+type Route = dyn Fn(&Record) -> Option<Url> + Send + Sync;
+
+#[derive(Clone)]
+enum Endpoint {
+    Fixed(Url),
+    Routed(Arc<Route>),
+}
+
+impl fmt::Debug for HttpSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let endpoint = match &self.endpoint {
+            Endpoint::Fixed(url) => url.as_str(),
+            Endpoint::Routed(_) => "<per record>",
+        };
+        f.debug_struct("HttpSink")
+            .field("endpoint", &endpoint)
+            .field("content_type", &self.content_type)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpSink {
+    /// A sink POSTing every record to `url`, on a client of its own that follows no redirects.
+    /// Fails if `url` does not parse or the client cannot be built.
+    pub fn new(url: impl IntoUrl) -> Result<Self, reqwest::Error> {
+        Ok(HttpSink::with_endpoint(
+            Endpoint::Fixed(url.into_url()?),
+            default_client()?,
+        ))
+    }
+
+    /// A sink POSTing each record to the URL `route` picks for it (by topic, typically). A record
+    /// for which `route` answers `None` can never be sent and is rejected.
+    pub fn routed(
+        route: impl Fn(&Record) -> Option<Url> + Send + Sync + 'static,
+    ) -> Result<Self, reqwest::Error> {
+        Ok(HttpSink::with_endpoint(
+            Endpoint::Routed(Arc::new(route)),
+            default_client()?,
+        ))
+    }
+
+    fn with_endpoint(endpoint: Endpoint, client: Client) -> Self {
+        HttpSink {
+            client,
+            endpoint,
+            content_type: HeaderValue::from_static("application/json"),
+            headers: HeaderMap::new(),
+            timeout: DEFAULT_HTTP_TIMEOUT,
+        }
+    }
+
+    /// Sends with `client` instead (proxies, TLS roots, connection pool settings). Build it with
+    /// `redirect(reqwest::redirect::Policy::none())`: a followed `303` turns the POST into a GET
+    /// whose 2xx would count as the receiver's confirmation.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// The `Content-Type` of every POST (default `application/json`).
+    pub fn content_type(mut self, content_type: HeaderValue) -> Self {
+        self.content_type = content_type;
+        self
+    }
+
+    /// Adds a header to every POST (an `Authorization`, a tenant). `Content-Type` and
+    /// `Idempotency-Key` are the sink's and cannot be replaced here.
+    pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    /// How long one POST may take, from connecting to the last byte of the answer (default
+    /// [`DEFAULT_HTTP_TIMEOUT`]); a timeout fails as a retry.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// POSTs `record`'s payload intact with `Idempotency-Key: <record id>`.
+    ///
+    /// `Ok` only for a 2xx. 408, 429, 5xx, timeouts and connection errors fail as
+    /// [`HandlerError::retry`], carrying the receiver's `Retry-After` (capped at
+    /// [`MAX_RETRY_AFTER`]) as [`HandlerError::after`]; a 3xx or any other 4xx fails as
+    /// [`HandlerError::reject`], as does a record with no endpoint or an id that is not a valid
+    /// header value.
+    pub async fn send(&self, record: impl AsRef<Record>) -> Result<Receipt, HandlerError> {
+        let record = record.as_ref();
+        let url = match &self.endpoint {
+            Endpoint::Fixed(url) => url.clone(),
+            Endpoint::Routed(route) => route(record).ok_or_else(|| {
+                HandlerError::reject(format!(
+                    "no HTTP endpoint for topic `{}` (record {})",
+                    record.topic(),
+                    record.id()
+                ))
+            })?,
+        };
+        let key = HeaderValue::from_str(record.id().as_str()).map_err(|_| {
+            HandlerError::reject(format!(
+                "record id {:?} is not a valid Idempotency-Key header value",
+                record.id()
+            ))
+        })?;
+        let mut headers = self.headers.clone();
+        headers.insert(CONTENT_TYPE, self.content_type.clone());
+        headers.insert(IDEMPOTENCY_KEY, key);
+        let sent = self
+            .client
+            .post(url.clone())
+            .headers(headers)
+            .body(record.payload().clone())
+            .timeout(self.timeout)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(response) => response,
+            Err(error) => {
+                debug!(record = %record.id(), %url, %error, "POST failed");
+                let detail = error_chain(&error);
+                // A request that cannot even be built (a scheme without its TLS feature) fails
+                // the same way on every attempt.
+                return Err(if error.is_builder() {
+                    HandlerError::reject(format!(
+                        "POST of record {} to {url}: {detail}",
+                        record.id()
+                    ))
+                } else {
+                    HandlerError::retry(format!(
+                        "POST of record {} to {url}: {detail}",
+                        record.id()
+                    ))
+                });
+            }
+        };
+        let status = response.status();
+        debug!(record = %record.id(), %url, %status, "POST answered");
+        if status.is_success() {
+            return Ok(Receipt::confirmed(record.id().clone()));
+        }
+        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let location = response
+            .headers()
+            .get(LOCATION)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let excerpt = excerpt(response).await;
+        let message = format!(
+            "{url} answered {status} to record {}{}",
+            record.id(),
+            if excerpt.is_empty() {
+                String::new()
+            } else {
+                format!(": {excerpt}")
+            }
+        );
+        if is_transient(status) {
+            let failure = HandlerError::retry(message);
+            return Err(match retry_after {
+                Some(delay) => failure.after(delay),
+                None => failure,
+            });
+        }
+        if status.is_redirection() {
+            return Err(HandlerError::reject(format!(
+                "{message}; redirect to {} not followed: configure the endpoint's new URL",
+                location.as_deref().unwrap_or("(no Location)")
+            )));
+        }
+        Err(HandlerError::reject(message))
+    }
+}
+
+fn default_client() -> Result<Client, reqwest::Error> {
+    Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+}
+
+/// 408, 429 and 5xx may pass later; so may a status outside the standard ranges.
+fn is_transient(status: StatusCode) -> bool {
+    status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+        || status.is_server_error()
+        || status.as_u16() >= 600
+        || status.is_informational()
+}
+
+/// The receiver's `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3), relative to
+/// `now`; a date in the past is no delay; anything else is ignored.
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let delay = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Digits only, so the parse fails only on overflow: a wait longer than any cap.
+        value
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .unwrap_or(MAX_RETRY_AFTER)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(delay.min(MAX_RETRY_AFTER))
+}
+
+/// The start of a refusing receiver's body, as text, for the error (and the dead record).
+async fn excerpt(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < BODY_EXCERPT {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    let mut end = body.len().min(BODY_EXCERPT);
+    let text = loop {
+        // Cut on a character boundary when the excerpt ends inside one.
+        match std::str::from_utf8(&body[..end]) {
+            Ok(text) => break text.to_owned(),
+            Err(error) if error.error_len().is_none() => end = error.valid_up_to(),
+            Err(_) => break String::from_utf8_lossy(&body[..end]).into_owned(),
+        }
+    };
+    text.trim().to_owned()
+}
+
+fn error_chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(cause) = next {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        next = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").unwrap();
+        assert_eq!(
+            retry_after(&headers("120"), now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(retry_after(&headers(" 0 "), now), Some(Duration::ZERO));
+        assert_eq!(
+            retry_after(&headers("Sun, 06 Nov 1994 08:50:07 GMT"), now),
+            Some(Duration::from_secs(30))
+        );
+        // The obsolete RFC 850 and asctime forms are HTTP-dates too.
+        assert_eq!(
+            retry_after(&headers("Sunday, 06-Nov-94 08:50:37 GMT"), now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            retry_after(&headers("Sun Nov  6 08:49:47 1994"), now),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            retry_after(&headers("Sat, 05 Nov 1994 08:49:37 GMT"), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after(&headers("99999999999999999999999"), now),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(retry_after(&headers("-5"), now), None);
+        assert_eq!(retry_after(&headers("soon"), now), None);
+        assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn transient_statuses() {
+        for code in [408, 429, 500, 502, 503, 504] {
+            assert!(is_transient(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+        for code in [400, 401, 403, 404, 409, 410, 422, 301, 303] {
+            assert!(!is_transient(StatusCode::from_u16(code).unwrap()), "{code}");
+        }
+    }
+}

@@ -3,10 +3,12 @@
 
 #[cfg(feature = "http")]
 mod http;
+mod memory;
 #[cfg(feature = "lapin")]
 mod rabbitmq;
 
 #[cfg(feature = "http")]
 pub use http::*;
+pub use memory::*;
 #[cfg(feature = "lapin")]
 pub use rabbitmq::*;

@@ -1,0 +1,291 @@
+//! The PostgreSQL outbox store: claims with `FOR UPDATE SKIP LOCKED` inside the claiming
+//! `UPDATE`, under a lease, so several relays share one table without relaying a record at the
+//! same time; `LISTEN/NOTIFY` wakes them after a commit, polling is the fallback.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use sqlx::postgres::{PgListener, PgPool};
+use sqlx::{AssertSqlSafe, Row};
+
+use super::record::{Record, RecordId};
+use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
+use super::write::{Outbox, Table};
+
+const MIGRATION: &str = include_str!("../../sql/outbox_postgres.sql");
+
+/// An outbox table in PostgreSQL: what a [`Relayer`](super::Relayer) relays from, and an
+/// operator's view of it (dead records, re-queue). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    table: Table,
+    sql: Arc<Statements>,
+}
+
+#[derive(Debug)]
+struct Statements {
+    claim: String,
+    claim_ordered: String,
+    mark: String,
+}
+
+impl Outbox {
+    /// This outbox's table in PostgreSQL, through `pool`.
+    pub fn postgres(&self, pool: PgPool) -> PgStore {
+        PgStore::new(pool, self)
+    }
+}
+
+const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error";
+
+impl PgStore {
+    /// `outbox`'s table through `pool`.
+    pub fn new(pool: PgPool, outbox: &Outbox) -> Self {
+        let table = outbox.table.clone();
+        let t = &table.qualified;
+        let claim = |ordered: &str| {
+            format!(
+                "UPDATE {t} SET lease_owner = $1, lease_until = now() + $2::float8 * interval '1 millisecond' \
+                 WHERE id IN ( \
+                   SELECT o.id FROM {t} o \
+                   WHERE o.status = 'pending' AND o.available_at <= now() \
+                     AND (o.lease_until IS NULL OR o.lease_until <= now()) {ordered} \
+                   ORDER BY o.seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
+                 RETURNING id, topic, key, payload, attempts, seq"
+            )
+        };
+        let ordered = format!(
+            "AND (o.key IS NULL OR NOT EXISTS ( \
+               SELECT 1 FROM {t} e WHERE e.key = o.key AND e.status = 'pending' AND e.seq < o.seq))"
+        );
+        let mark = format!(
+            "UPDATE {t} AS t SET \
+               status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
+               attempts = t.attempts + CASE WHEN f.op IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+               last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
+               available_at = CASE WHEN f.op = 'retry' THEN now() + f.delay_ms::float8 * interval '1 millisecond' \
+                              ELSE t.available_at END, \
+               delivered_at = CASE WHEN f.op = 'delivered' THEN now() ELSE NULL END, \
+               lease_owner = NULL, lease_until = NULL \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) AS f(id, op, error, delay_ms) \
+             WHERE t.id = f.id AND t.status = 'pending' AND (f.op = 'delivered' OR t.lease_owner = $5)"
+        );
+        PgStore {
+            sql: Arc::new(Statements {
+                claim: claim(""),
+                claim_ordered: claim(&ordered),
+                mark,
+            }),
+            pool,
+            table,
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Creates the table, its indexes and the notify trigger if missing
+    /// (`delivery-core/sql/outbox_postgres.sql`). Safe to run from several processes at once.
+    pub async fn migrate(&self) -> Result<(), sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        // Concurrent `CREATE ... IF NOT EXISTS` can still collide in the catalog: one at a time.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+            .bind(&*self.table.qualified)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::raw_sql(AssertSqlSafe(self.table.render(MIGRATION)))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// How many records are pending (including those backing off or being relayed).
+    pub async fn pending(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE status = 'pending'",
+            self.table.qualified
+        );
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Resolves once no record is pending: a shutdown signal that relays until the outbox is
+    /// drained (`Relayer::shutdown_on(store.idle())`).
+    pub fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
+        let store = self.clone();
+        async move { until_idle(|| store.any_pending()).await }
+    }
+
+    /// 1 while any record is pending, else 0: cheaper than counting them.
+    async fn any_pending(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE status = 'pending')",
+            self.table.qualified
+        );
+        let any: bool = sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::from(any))
+    }
+
+    /// The record `id`, wherever it stands.
+    pub async fn get(&self, id: &RecordId) -> Result<Option<StoredRecord>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE id = $1",
+            self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| stored(&row)).transpose()
+    }
+
+    /// Up to `limit` dead records, oldest first, each with its last error.
+    pub async fn dead(&self, limit: u32) -> Result<Vec<StoredRecord>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE status = 'dead' ORDER BY seq LIMIT $1",
+            self.table.qualified
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(stored).collect()
+    }
+
+    /// Re-queues dead records: pending again, attempts back to 0, available now, under the same
+    /// id. The last error stays for reference. Returns how many were re-queued.
+    pub async fn requeue(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
+        let ids: Vec<&str> = ids.iter().map(RecordId::as_str).collect();
+        let sql = format!(
+            "WITH requeued AS ( \
+               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
+                 lease_owner = NULL, lease_until = NULL \
+               WHERE id = ANY($1::text[]) AND status = 'dead' RETURNING 1) \
+             SELECT count(*), pg_notify($2, '') FROM requeued",
+            t = self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(ids)
+            .bind(&*self.table.qualified)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)? as u64)
+    }
+
+    /// Re-queues every dead record (see [`requeue`](Self::requeue)).
+    pub async fn requeue_dead(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "WITH requeued AS ( \
+               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
+                 lease_owner = NULL, lease_until = NULL \
+               WHERE status = 'dead' RETURNING 1) \
+             SELECT count(*), pg_notify($1, '') FROM requeued",
+            t = self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(&*self.table.qualified)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)? as u64)
+    }
+}
+
+fn stored(row: &sqlx::postgres::PgRow) -> Result<StoredRecord, sqlx::Error> {
+    Ok(StoredRecord {
+        id: RecordId::new(row.try_get::<String, _>("id")?),
+        topic: row.try_get("topic")?,
+        key: row.try_get("key")?,
+        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
+        status: Status::parse(row.try_get("status")?),
+        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+impl Store for PgStore {
+    #[allow(clippy::misnamed_getters)] // the qualified name: what logs and metrics show
+    fn name(&self) -> &str {
+        &self.table.qualified
+    }
+
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, sqlx::Error> {
+        let sql = if claim.ordered {
+            &self.sql.claim_ordered
+        } else {
+            &self.sql.claim
+        };
+        let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(claim.owner)
+            .bind(claim.lease.as_secs_f64() * 1000.0)
+            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut claimed = rows
+            .iter()
+            .map(|row| {
+                let record = Record::new(
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<String, _>(1)?,
+                    row.try_get::<Option<String>, _>(2)?,
+                    row.try_get::<Vec<u8>, _>(3)?,
+                    row.try_get::<i32, _>(4)?.max(0) as u32,
+                );
+                Ok((row.try_get::<i64, _>(5)?, record))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        // RETURNING promises no order: hand them out oldest first.
+        claimed.sort_unstable_by_key(|(seq, _)| *seq);
+        Ok(claimed.into_iter().map(|(_, record)| record).collect())
+    }
+
+    async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, sqlx::Error> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let mut ids = Vec::with_capacity(marks.len());
+        let mut ops = Vec::with_capacity(marks.len());
+        let mut errors = Vec::with_capacity(marks.len());
+        let mut delays = Vec::with_capacity(marks.len());
+        for mark in marks {
+            let (op, error, delay) = mark.columns();
+            ids.push(mark.id().as_str());
+            ops.push(op);
+            errors.push(error);
+            delays.push(delay);
+        }
+        let done = sqlx::query(AssertSqlSafe(self.sql.mark.as_str()))
+            .bind(ids)
+            .bind(ops)
+            .bind(errors)
+            .bind(delays)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn wakeups(&self) -> Option<Wakeups> {
+        let mut listener = match PgListener::connect_with(&self.pool).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
+                return None;
+            }
+        };
+        if let Err(error) = listener.listen(&self.table.qualified).await {
+            tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
+            return None;
+        }
+        // An error (a reconnect) wakes the relay too: a claim finds whatever the notification
+        // would have announced.
+        Some(Box::pin(listener.into_stream().map(|_| ())))
+    }
+}

@@ -1,0 +1,258 @@
+//! The SQLite outbox store: the embedded default, for one relay. Claims under a lease all the
+//! same (a relay that stopped mid-flight leaves its records to the next one after the lease);
+//! polling wakes the relay.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use sqlx::sqlite::SqlitePool;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::record::{Record, RecordId};
+use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
+use super::write::{Outbox, Table};
+
+const MIGRATION: &str = include_str!("../../sql/outbox_sqlite.sql");
+
+/// SQLite's clock, in milliseconds since the Unix epoch.
+const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+/// An outbox table in SQLite: what a [`Relayer`](super::Relayer) relays from, and an operator's
+/// view of it. One relay at a time. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    table: Table,
+    sql: Arc<Statements>,
+}
+
+#[derive(Debug)]
+struct Statements {
+    claim: String,
+    claim_ordered: String,
+    mark: String,
+}
+
+impl Outbox {
+    /// This outbox's table in SQLite, through `pool`.
+    pub fn sqlite(&self, pool: SqlitePool) -> SqliteStore {
+        SqliteStore::new(pool, self)
+    }
+}
+
+const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error";
+
+impl SqliteStore {
+    /// `outbox`'s table through `pool`.
+    pub fn new(pool: SqlitePool, outbox: &Outbox) -> Self {
+        let table = outbox.table.clone();
+        let t = &table.qualified;
+        let claim = |ordered: &str| {
+            format!(
+                "UPDATE {t} SET lease_owner = ?1, lease_until = {NOW} + ?2 \
+                 WHERE id IN ( \
+                   SELECT o.id FROM {t} o \
+                   WHERE o.status = 'pending' AND o.available_at <= {NOW} \
+                     AND (o.lease_until IS NULL OR o.lease_until <= {NOW}) {ordered} \
+                   ORDER BY o.rowid LIMIT ?3) \
+                 RETURNING id, topic, key, payload, attempts, rowid"
+            )
+        };
+        let ordered = format!(
+            "AND (o.key IS NULL OR NOT EXISTS ( \
+               SELECT 1 FROM {t} e WHERE e.key = o.key AND e.status = 'pending' AND e.rowid < o.rowid))"
+        );
+        let mark = format!(
+            "UPDATE {t} AS t SET \
+               status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
+               attempts = t.attempts + CASE WHEN f.op IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+               last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
+               available_at = CASE WHEN f.op = 'retry' THEN {NOW} + f.delay_ms ELSE t.available_at END, \
+               delivered_at = CASE WHEN f.op = 'delivered' THEN {NOW} ELSE NULL END, \
+               lease_owner = NULL, lease_until = NULL \
+             FROM (SELECT value ->> 0 AS id, value ->> 1 AS op, value ->> 2 AS error, \
+                          value ->> 3 AS delay_ms FROM json_each(?1)) AS f \
+             WHERE t.id = f.id AND t.status = 'pending' AND (f.op = 'delivered' OR t.lease_owner = ?2)"
+        );
+        SqliteStore {
+            sql: Arc::new(Statements {
+                claim: claim(""),
+                claim_ordered: claim(&ordered),
+                mark,
+            }),
+            pool,
+            table,
+        }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Creates the table and its indexes if missing (`delivery-core/sql/outbox_sqlite.sql`).
+    pub async fn migrate(&self) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(AssertSqlSafe(self.table.render(MIGRATION)))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// How many records are pending (including those backing off or being relayed).
+    pub async fn pending(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE status = 'pending'",
+            self.table.qualified
+        );
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
+    /// Resolves once no record is pending: a shutdown signal that relays until the outbox is
+    /// drained (`Relayer::shutdown_on(store.idle())`).
+    pub fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
+        let store = self.clone();
+        async move { until_idle(|| store.any_pending()).await }
+    }
+
+    /// 1 while any record is pending, else 0: cheaper than counting them.
+    async fn any_pending(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE status = 'pending')",
+            self.table.qualified
+        );
+        let any: bool = sqlx::query_scalar(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(u64::from(any))
+    }
+
+    /// The record `id`, wherever it stands.
+    pub async fn get(&self, id: &RecordId) -> Result<Option<StoredRecord>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE id = ?1",
+            self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| stored(&row)).transpose()
+    }
+
+    /// Up to `limit` dead records, oldest first, each with its last error.
+    pub async fn dead(&self, limit: u32) -> Result<Vec<StoredRecord>, sqlx::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE status = 'dead' ORDER BY rowid LIMIT ?1",
+            self.table.qualified
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(stored).collect()
+    }
+
+    /// Re-queues dead records: pending again, attempts back to 0, available now, under the same
+    /// id. The last error stays for reference. Returns how many were re-queued.
+    pub async fn requeue(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
+        let ids = serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
+            .expect("a list of strings serializes");
+        let sql = format!(
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
+               lease_owner = NULL, lease_until = NULL \
+             WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?1))",
+            self.table.qualified
+        );
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Re-queues every dead record (see [`requeue`](Self::requeue)).
+    pub async fn requeue_dead(&self) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
+               lease_owner = NULL, lease_until = NULL WHERE status = 'dead'",
+            self.table.qualified
+        );
+        let done = sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await?;
+        Ok(done.rows_affected())
+    }
+}
+
+fn stored(row: &sqlx::sqlite::SqliteRow) -> Result<StoredRecord, sqlx::Error> {
+    Ok(StoredRecord {
+        id: RecordId::new(row.try_get::<String, _>("id")?),
+        topic: row.try_get("topic")?,
+        key: row.try_get("key")?,
+        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
+        status: Status::parse(row.try_get("status")?),
+        attempts: row.try_get::<i64, _>("attempts")?.clamp(0, u32::MAX.into()) as u32,
+        last_error: row.try_get("last_error")?,
+    })
+}
+
+impl Store for SqliteStore {
+    #[allow(clippy::misnamed_getters)] // the qualified name: what logs and metrics show
+    fn name(&self) -> &str {
+        &self.table.qualified
+    }
+
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, sqlx::Error> {
+        let sql = if claim.ordered {
+            &self.sql.claim_ordered
+        } else {
+            &self.sql.claim
+        };
+        let rows = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(claim.owner)
+            .bind(i64::try_from(claim.lease.as_millis()).unwrap_or(i64::MAX))
+            .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?;
+        let mut claimed = rows
+            .iter()
+            .map(|row| {
+                let record = Record::new(
+                    row.try_get::<String, _>(0)?,
+                    row.try_get::<String, _>(1)?,
+                    row.try_get::<Option<String>, _>(2)?,
+                    row.try_get::<Vec<u8>, _>(3)?,
+                    row.try_get::<i64, _>(4)?.clamp(0, u32::MAX.into()) as u32,
+                );
+                Ok((row.try_get::<i64, _>(5)?, record))
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        claimed.sort_unstable_by_key(|(rowid, _)| *rowid);
+        Ok(claimed.into_iter().map(|(_, record)| record).collect())
+    }
+
+    async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, sqlx::Error> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let rows: Vec<serde_json::Value> = marks
+            .iter()
+            .map(|mark| {
+                let (op, error, delay) = mark.columns();
+                serde_json::json!([mark.id().as_str(), op, error, delay])
+            })
+            .collect();
+        let rows = serde_json::Value::Array(rows).to_string();
+        let done = sqlx::query(AssertSqlSafe(self.sql.mark.as_str()))
+            .bind(rows)
+            .bind(owner)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn wakeups(&self) -> Option<Wakeups> {
+        None
+    }
+}

@@ -1,0 +1,175 @@
+//! What a relay needs from an outbox table: claim pending records under a lease, write back how
+//! each attempt ended (one statement per batch), and a wake-up after a commit where the database
+//! has one. Implemented by [`PgStore`](super::PgStore) and [`SqliteStore`](super::SqliteStore).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream::Stream;
+
+use super::record::{Record, RecordId};
+use crate::disposition::DeadLetterReason;
+
+/// A claim: up to `limit` records, leased to `owner` for `lease`.
+#[derive(Clone, Copy, Debug)]
+pub struct Claim<'a> {
+    /// The relay claiming (unique per relay run).
+    pub owner: &'a str,
+    /// The most records to claim.
+    pub limit: usize,
+    /// How long the claim holds; past it, another relay may claim the record again.
+    pub lease: Duration,
+    /// Claim only the earliest pending record of each key (see
+    /// [`Relayer::ordered`](super::Relayer::ordered)).
+    pub ordered: bool,
+}
+
+/// How one attempt ended, as written back to the record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// The receiver confirmed: `delivered`.
+    Delivered(RecordId),
+    /// Failed: `attempts + 1`, claimable again `after` from the database's now.
+    Retry {
+        /// The record.
+        id: RecordId,
+        /// The failure, kept as `last_error`.
+        error: String,
+        /// The backoff.
+        after: Duration,
+    },
+    /// Failed for good: `attempts + 1`, `dead`, with the reason as `last_error`.
+    Dead {
+        /// The record.
+        id: RecordId,
+        /// Why.
+        reason: DeadLetterReason,
+    },
+    /// Not attempted to the end (shutdown): the lease is given up, nothing counted.
+    Release(RecordId),
+}
+
+impl Mark {
+    /// The record this mark is for.
+    pub fn id(&self) -> &RecordId {
+        match self {
+            Mark::Delivered(id) | Mark::Release(id) => id,
+            Mark::Retry { id, .. } | Mark::Dead { id, .. } => id,
+        }
+    }
+
+    /// `(op, error, delay in ms)` as the stores' batched UPDATE takes them.
+    pub(crate) fn columns(&self) -> (&'static str, String, i64) {
+        match self {
+            Mark::Delivered(_) => ("delivered", String::new(), 0),
+            Mark::Release(_) => ("release", String::new(), 0),
+            Mark::Retry { error, after, .. } => (
+                "retry",
+                error.clone(),
+                after.as_millis().try_into().unwrap_or(i64::MAX),
+            ),
+            Mark::Dead { reason, .. } => ("dead", reason.to_string(), 0),
+        }
+    }
+}
+
+/// Notifications that records were committed: hints to claim now rather than at the next poll.
+pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
+
+/// An outbox table a [`Relayer`](super::Relayer) relays from.
+pub trait Store: Clone + Send + Sync + 'static {
+    /// The table's name, for logs and metrics.
+    fn name(&self) -> &str;
+
+    /// Claims pending records that are available (backoff passed) and not leased (or whose lease
+    /// expired), oldest first, leasing them to `claim.owner`.
+    fn claim(
+        &self,
+        claim: Claim<'_>,
+    ) -> impl Future<Output = Result<Vec<Record>, sqlx::Error>> + Send;
+
+    /// Writes back `marks` in one statement. A failure mark applies only while `owner` still holds
+    /// the lease; a delivered mark applies to any pending record (the receiver confirmed it).
+    /// Returns how many records changed.
+    fn mark(
+        &self,
+        owner: &str,
+        marks: &[Mark],
+    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+    /// Wake-ups after commits, where the database sends them (PostgreSQL `LISTEN`); `None` where
+    /// polling is the only way.
+    fn wakeups(&self) -> impl Future<Output = Option<Wakeups>> + Send;
+}
+
+/// Where a record stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Waiting to be relayed (or being relayed, or backing off).
+    Pending,
+    /// Relayed: the receiver confirmed.
+    Delivered,
+    /// Given up: rejected, malformed, or failed `max_attempts` times. An operator re-queues it.
+    Dead,
+}
+
+impl Status {
+    pub(crate) fn parse(s: &str) -> Status {
+        match s {
+            "delivered" => Status::Delivered,
+            "dead" => Status::Dead,
+            _ => Status::Pending,
+        }
+    }
+}
+
+/// A record as an operator reads it: what was written and where its relaying stands.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// The id fixed at write time.
+    pub id: RecordId,
+    /// The topic.
+    pub topic: String,
+    /// The key, if any.
+    pub key: Option<String>,
+    /// The payload exactly as written.
+    pub payload: Bytes,
+    /// Where it stands.
+    pub status: Status,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// The last failure (for a dead record: `reason: detail`, e.g. `rejected: ...`).
+    pub last_error: Option<String>,
+}
+
+impl fmt::Debug for StoredRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoredRecord")
+            .field("id", &self.id)
+            .field("topic", &self.topic)
+            .field("key", &self.key)
+            .field("payload_len", &self.payload.len())
+            .field("status", &self.status)
+            .field("attempts", &self.attempts)
+            .field("last_error", &self.last_error)
+            .finish()
+    }
+}
+
+/// Resolves once `pending` reports no pending record, polling every 20 ms (a shutdown signal
+/// for tests and batch jobs: relay until the outbox is drained).
+pub(crate) async fn until_idle<F, Fut>(pending: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<u64, sqlx::Error>>,
+{
+    loop {
+        if let Ok(0) = pending().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,282 @@
+//! The write side: a record written in the caller's own transaction, with the effect it announces.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Serialize;
+use sqlx::Transaction;
+
+use super::record::RecordId;
+
+/// An outbox: the table records are written to, in the writer's transaction, and relayed from.
+///
+/// The table is `delivery_outbox` unless [`Outbox::table`] names another; create it with the
+/// store's `migrate` ([`PgStore::migrate`](super::PgStore::migrate),
+/// [`SqliteStore::migrate`](super::SqliteStore::migrate)) or by hand from `delivery-core/sql/`.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use delivery_core::outbox::{NewRecord, Outbox};
+///
+/// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// let outbox = Outbox::new();
+/// let store = outbox.sqlite(pool.clone());
+/// store.migrate().await?;
+/// sqlx::query("CREATE TABLE orders (id TEXT PRIMARY KEY, total INTEGER)").execute(&pool).await?;
+///
+/// // The effect and the record announcing it commit together, or not at all (rule 6).
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders VALUES ('o-1', 990)").execute(&mut *tx).await?;
+/// let record = NewRecord::json("orders.events", &serde_json::json!({"order": "o-1"}))?
+///     .key("customer-7")
+///     .id("order-o-1"); // derived from the order: a rerun of the write cannot mint another
+/// let id = outbox.write(&mut tx, record).await?;
+/// tx.commit().await?;
+///
+/// assert_eq!(id.as_str(), "order-o-1");
+/// assert_eq!(store.pending().await?, 1);
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sqlite"))] fn main() {}
+/// ```
+#[derive(Clone, Debug)]
+pub struct Outbox {
+    pub(crate) table: Table,
+}
+
+/// A validated table name: `name` or `schema.name`, each an SQL identifier.
+#[derive(Clone, Debug)]
+pub(crate) struct Table {
+    /// As written in statements.
+    pub(crate) qualified: Arc<str>,
+    /// The unqualified name: index and trigger names start with it.
+    pub(crate) name: Arc<str>,
+}
+
+impl Table {
+    fn parse(table: &str) -> Option<Table> {
+        let ident = |s: &str| {
+            let mut chars = s.chars();
+            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && s.len() <= 50
+        };
+        let name = match table.split_once('.') {
+            Some((schema, name)) if ident(schema) && ident(name) => name,
+            None if ident(table) => table,
+            _ => return None,
+        };
+        Some(Table {
+            qualified: table.into(),
+            name: name.into(),
+        })
+    }
+
+    /// The migration file with its placeholders replaced.
+    pub(crate) fn render(&self, sql: &str) -> String {
+        sql.replace("{table}", &self.qualified)
+            .replace("{name}", &self.name)
+            .replace("{channel}", &self.qualified)
+    }
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Outbox::new()
+    }
+}
+
+impl Outbox {
+    /// The outbox in table `delivery_outbox`.
+    pub fn new() -> Self {
+        Outbox::table("delivery_outbox")
+    }
+
+    /// The outbox in `table` (`name` or `schema.name`).
+    ///
+    /// # Panics
+    /// When `table` is not an SQL identifier (ASCII letters, digits and `_`, not starting with a
+    /// digit, at most 50 characters), optionally qualified by a schema: the name is written into
+    /// statements, so it is checked here, where it is configuration, never at run time.
+    pub fn table(table: &str) -> Self {
+        match Table::parse(table) {
+            Some(table) => Outbox { table },
+            None => panic!(
+                "outbox table name {table:?} is not an SQL identifier (letters, digits, `_`, optionally `schema.name`)"
+            ),
+        }
+    }
+
+    /// The table records are written to.
+    pub fn table_name(&self) -> &str {
+        &self.table.qualified
+    }
+
+    /// Writes `record` in the caller's transaction and returns its id: the caller's
+    /// ([`NewRecord::id`]) or one minted now (a UUIDv7). The record is relayed only if the
+    /// transaction commits, and every attempt to relay it carries this id.
+    ///
+    /// A record whose id is already in the outbox fails the write (a unique violation): with an
+    /// id derived from the effect, a second write of the same effect cannot go unnoticed.
+    pub async fn write<DB: OutboxDatabase>(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        record: NewRecord,
+    ) -> Result<RecordId, sqlx::Error> {
+        let id = record.id.clone().unwrap_or_else(mint);
+        DB::insert(
+            &mut **tx,
+            &self.table.qualified,
+            id.as_str(),
+            &record.topic,
+            record.key.as_deref(),
+            &record.payload,
+        )
+        .await?;
+        Ok(id)
+    }
+}
+
+/// A record id minted at write time: time-ordered, unique without coordination.
+fn mint() -> RecordId {
+    RecordId::new(uuid::Uuid::now_v7().to_string())
+}
+
+/// A record to write: topic, optional key, payload, and optionally the caller's own id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewRecord {
+    id: Option<RecordId>,
+    topic: String,
+    key: Option<String>,
+    payload: Bytes,
+}
+
+impl NewRecord {
+    /// A record of raw bytes for `topic` (an exchange, a topic, an endpoint's name).
+    pub fn new(topic: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        NewRecord {
+            id: None,
+            topic: topic.into(),
+            key: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// A record whose payload is `value` as JSON.
+    pub fn json<T: Serialize + ?Sized>(
+        topic: impl Into<String>,
+        value: &T,
+    ) -> Result<Self, serde_json::Error> {
+        Ok(NewRecord::new(topic, serde_json::to_vec(value)?))
+    }
+
+    /// The routing or partitioning key; with [`Relayer::ordered`](super::Relayer::ordered), the
+    /// key whose records are relayed in order.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// The record's id, chosen by the caller — best derived from the effect (`order-<id>`), so
+    /// the receiver's deduplication and the outbox's primary key both see a repeated write.
+    pub fn id(mut self, id: impl Into<RecordId>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+}
+
+/// A boxed future, as [`OutboxDatabase::insert`] returns.
+pub type InsertFuture<'a> = Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>>;
+
+/// A database an [`Outbox`] can be written in: PostgreSQL (feature `postgres`) and SQLite
+/// (feature `sqlite`).
+pub trait OutboxDatabase: sqlx::Database {
+    /// Inserts one pending record through `conn` (the caller's transaction).
+    #[doc(hidden)]
+    fn insert<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a str,
+        id: &'a str,
+        topic: &'a str,
+        key: Option<&'a str>,
+        payload: &'a [u8],
+    ) -> InsertFuture<'a>;
+}
+
+#[cfg(feature = "postgres")]
+impl OutboxDatabase for sqlx::Postgres {
+    fn insert<'a>(
+        conn: &'a mut sqlx::PgConnection,
+        table: &'a str,
+        id: &'a str,
+        topic: &'a str,
+        key: Option<&'a str>,
+        payload: &'a [u8],
+    ) -> InsertFuture<'a> {
+        Box::pin(async move {
+            // The table name was validated as an identifier when the outbox was built.
+            let sql =
+                format!("INSERT INTO {table} (id, topic, key, payload) VALUES ($1, $2, $3, $4)");
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .bind(topic)
+                .bind(key)
+                .bind(payload)
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl OutboxDatabase for sqlx::Sqlite {
+    fn insert<'a>(
+        conn: &'a mut sqlx::SqliteConnection,
+        table: &'a str,
+        id: &'a str,
+        topic: &'a str,
+        key: Option<&'a str>,
+        payload: &'a [u8],
+    ) -> InsertFuture<'a> {
+        Box::pin(async move {
+            let sql =
+                format!("INSERT INTO {table} (id, topic, key, payload) VALUES (?1, ?2, ?3, ?4)");
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(id)
+                .bind(topic)
+                .bind(key)
+                .bind(payload)
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Table;
+
+    #[test]
+    fn table_names_are_identifiers() {
+        assert!(Table::parse("delivery_outbox").is_some());
+        assert_eq!(&*Table::parse("app.outbox").unwrap().name, "outbox");
+        for bad in ["", "1x", "a;drop", "a.b.c", "a b", "\"x\"", ".x", "x."] {
+            assert!(Table::parse(bad).is_none(), "{bad}");
+        }
+    }
+}

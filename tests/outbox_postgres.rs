@@ -1,0 +1,299 @@
+//! The PostgreSQL outbox store against the real server: two relays at once over thousands of
+//! records, a lease left by a relay dropped mid-flight, `LISTEN/NOTIFY` waking an idle relay, a
+//! receiver's `Retry-After` kept in the record, migrations run concurrently. Fails, never skips,
+//! when PostgreSQL is unreachable.
+#![cfg(feature = "postgres")]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use delivery::Backoff;
+use delivery::outbox::sink::{MemorySink, SinkFailure};
+use delivery::outbox::{
+    Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status,
+};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AssertSqlSafe, PgPool};
+
+fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+struct ToSink;
+impl Relay<MemorySink> for ToSink {
+    fn call(
+        &self,
+        record: &Record,
+        sink: &MemorySink,
+    ) -> impl Future<Output = Attempt> + Send + 'static {
+        let (record, sink) = (record.clone(), sink.clone());
+        async move { sink.send(&record).await.into_attempt() }
+    }
+}
+
+async fn pool() -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(6)
+        .connect(&database_url())
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {}: {e}", database_url()))
+}
+
+async fn fresh(name: &str) -> (Outbox, PgStore) {
+    let table = format!("outbox_{name}_{}", std::process::id());
+    let pool = pool().await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {table} CASCADE;"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let outbox = Outbox::table(&table);
+    let store = outbox.postgres(pool);
+    store.migrate().await.unwrap();
+    (outbox, store)
+}
+
+/// Writes `n` records, 500 per transaction.
+async fn write(outbox: &Outbox, store: &PgStore, n: usize, key: impl Fn(usize) -> Option<String>) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut tx = store.pool().begin().await.unwrap();
+        for &i in chunk {
+            let record =
+                NewRecord::new("orders.events", format!("payload {i}")).id(format!("r-{i:05}"));
+            let record = match key(i) {
+                Some(key) => record.key(key),
+                None => record,
+            };
+            outbox.write(&mut tx, record).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+async fn until<F: Future<Output = bool>>(mut check: impl FnMut() -> F) {
+    while !check().await {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_never_relay_a_record_twice() {
+    const N: usize = 4000;
+    let (outbox, store) = fresh("two_relays").await;
+    write(&outbox, &store, N, |i| Some(format!("k{}", i % 17))).await;
+
+    let sink = MemorySink::new();
+    // A confirm round trip, so both relays have windows of records outstanding at once.
+    sink.latency(Duration::from_millis(2));
+    // Each relay has its own pool, as two processes would.
+    let relay = |store: PgStore| {
+        Relayer::new(store.clone())
+            .state(sink.clone())
+            .batch(50)
+            .window(32)
+            .backoff(Backoff::none())
+            .poll_interval(Duration::from_millis(10))
+            .shutdown_on(store.idle())
+            .run(ToSink)
+    };
+    let other = outbox.postgres(pool().await);
+    let (a, b) = tokio::join!(
+        tokio::spawn(relay(store.clone())),
+        tokio::spawn(relay(other))
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+
+    let accepted = sink.accepted();
+    let mut copies: HashMap<String, usize> = HashMap::new();
+    for sent in &accepted {
+        *copies.entry(sent.id.to_string()).or_default() += 1;
+    }
+    let duplicates = accepted.len() - copies.len();
+    println!(
+        "two relays: {} and {} records delivered, {} sends, {} duplicates, at most {} in flight",
+        a.delivered,
+        b.delivered,
+        accepted.len(),
+        duplicates,
+        sink.most_in_flight()
+    );
+    assert_eq!(copies.len(), N, "every record delivered");
+    assert_eq!(duplicates, 0, "no record relayed by both");
+    assert_eq!(a.delivered + b.delivered, N as u64);
+    assert!(
+        a.delivered > 0 && b.delivered > 0,
+        "both relays took part: {a:?} {b:?}"
+    );
+    assert_eq!(store.pending().await.unwrap(), 0);
+    let delivered: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {} WHERE status = 'delivered' AND delivered_at IS NOT NULL AND lease_owner IS NULL",
+        outbox.table_name()
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(delivered, N as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_left_mid_flight_is_claimed_again_after_it_expires() {
+    let (outbox, store) = fresh("lease").await;
+    write(&outbox, &store, 1, |_| None).await;
+    let sink = MemorySink::new();
+    sink.fail_record_always("r-00000", SinkFailure::Hang);
+
+    // The relay is dropped while its attempt is in flight: no mark, the lease stays.
+    let running = Relayer::new(store.clone())
+        .state(sink.clone())
+        .lease(Duration::from_secs(2))
+        .poll_interval(Duration::from_millis(10))
+        .run(ToSink);
+    let watch = sink.clone();
+    tokio::select! {
+        _ = running => panic!("the relay has no shutdown signal"),
+        () = until(|| { let sent = watch.sent().len(); async move { sent == 1 } }) => {}
+    }
+    let leased: (Option<String>, bool) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT lease_owner, lease_until > now() FROM {} WHERE id = 'r-00000'",
+        outbox.table_name()
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(
+        leased.0.is_some() && leased.1,
+        "claimed and leased: {leased:?}"
+    );
+    let stored = store.get(&"r-00000".into()).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (Status::Pending, 0));
+
+    // Another relay claims it once the lease expired, and delivers it under the same id.
+    sink.heal();
+    let report = Relayer::new(store.clone())
+        .state(sink.clone())
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_on(store.idle())
+        .run(ToSink)
+        .await;
+    assert_eq!(report.delivered, 1);
+    let sent = sink.sent();
+    assert_eq!(sent.len(), 2);
+    assert!(
+        sent.iter()
+            .all(|s| s.id.as_str() == "r-00000" && s.attempts == 0)
+    );
+    assert!(sent[1].accepted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notify_wakes_an_idle_relay() {
+    let (outbox, store) = fresh("notify").await;
+    let sink = MemorySink::new();
+    let watch = sink.clone();
+    // Polling once an hour: only the notification can bring the record in time.
+    let relay = tokio::spawn(
+        Relayer::new(store.clone())
+            .state(sink.clone())
+            .poll_interval(Duration::from_secs(3600))
+            .shutdown_on(async move {
+                until(|| {
+                    let n = watch.accepted().len();
+                    async move { n == 1 }
+                })
+                .await
+            })
+            .run(ToSink),
+    );
+    // Let the relay find the table empty and go idle, listening.
+    until(|| {
+        let store = store.clone();
+        async move {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
+            )
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            listening > 0
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    write(&outbox, &store, 1, |_| None).await;
+    let report = tokio::time::timeout(Duration::from_secs(60), relay)
+        .await
+        .expect("the commit's notification woke the relay")
+        .unwrap();
+    assert_eq!(report.delivered, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_kept_in_the_record() {
+    let (outbox, store) = fresh("retry_after").await;
+    write(&outbox, &store, 1, |_| None).await;
+    let sink = MemorySink::new();
+    sink.fail_record(
+        "r-00000",
+        1,
+        SinkFailure::RetryAfter(Duration::from_secs(3600)),
+    );
+    let watch = store.clone();
+    let report = Relayer::new(store.clone())
+        .state(sink.clone())
+        .backoff(Backoff::none())
+        .poll_interval(Duration::from_millis(10))
+        .shutdown_on(async move {
+            until(|| async {
+                watch
+                    .get(&"r-00000".into())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .attempts
+                    == 1
+            })
+            .await
+        })
+        .run(ToSink)
+        .await;
+    assert_eq!(report.retried, 1);
+    // Not available again for about an hour, by the database's clock.
+    let wait: f64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT extract(epoch FROM available_at - now())::float8 FROM {} WHERE id = 'r-00000'",
+        outbox.table_name()
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(wait > 3000.0, "available again in {wait} s");
+    let stored = store.get(&"r-00000".into()).await.unwrap().unwrap();
+    assert!(
+        stored
+            .last_error
+            .unwrap()
+            .contains("retry after 3600000 ms")
+    );
+    assert_eq!(sink.sent().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_run_concurrently() {
+    let table = format!("outbox_migrate_{}", std::process::id());
+    let pool = pool().await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {table} CASCADE;"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let outbox = Outbox::table(&table);
+    let stores: Vec<_> = (0..4).map(|_| outbox.postgres(pool.clone())).collect();
+    let runs = stores.iter().map(|s| s.migrate());
+    for result in futures_util::future::join_all(runs).await {
+        result.unwrap();
+    }
+    assert_eq!(stores[0].pending().await.unwrap(), 0);
+}
