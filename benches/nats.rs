@@ -37,7 +37,11 @@ async fn prepare(context: &jetstream::Context, name: &str, units: u64) -> NatsTo
         .subjects([name.to_owned()])
         .batch(BATCH)
         .max_deliver(5);
-    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+    for s in [
+        &topology.stream,
+        &topology.dead_letter_stream_name(),
+        &topology.advisory_stream_name(),
+    ] {
         let _ = context.delete_stream(s).await;
     }
     topology.declare(context).await.unwrap();
@@ -130,6 +134,7 @@ fn main() {
             let _ = context
                 .delete_stream(topology.dead_letter_stream_name())
                 .await;
+            let _ = context.delete_stream(topology.advisory_stream_name()).await;
 
             let name = format!("bench-delivery-{pid}-{round}");
             let topology = prepare(&context, &name, units).await;
@@ -138,6 +143,7 @@ fn main() {
             let _ = context
                 .delete_stream(topology.dead_letter_stream_name())
                 .await;
+            let _ = context.delete_stream(topology.advisory_stream_name()).await;
         }
         let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let (raw_best, ours_best) = (best(&raw_rates), best(&ours));

@@ -5,7 +5,10 @@
 //! Env: `NATS_URL` (default `nats://127.0.0.1:4222`), `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `STREAM` (default `ORDERS`, subjects
 //! `$STREAM.>`), `DELIVERY_LIMIT` (the consumer's `max_deliver`, default 5), `ACK_WAIT_SECS`
-//! (default 30), `BATCH` (default 64), `CONCURRENCY` (default 16).
+//! (default 30), `BATCH` (default 64), `CONCURRENCY` (default 16), `SWEEP_SECS` (how often the
+//! consumer sweeps units stranded on their last delivery into the dead letter; default 30),
+//! `EFFECT_DELAY_MS` (a pause between the effect's commit and the acknowledgement, so a crash test
+//! can land its kills in between; default 0).
 //!
 //! On start it declares the stream, its durable consumer `delivery` and the dead-letter stream
 //! `$STREAM_DLQ`, and creates the `nats_orders` and `nats_balances` tables. Each unit is
@@ -33,6 +36,8 @@ struct OrderPlaced {
 #[derive(Clone)]
 struct App {
     db: PgPool,
+    /// A pause after the effect is committed and before the unit is acknowledged (0 in production).
+    effect_delay: Duration,
 }
 
 /// Applies one order. Everything written comes from the unit, keyed by the order's own id.
@@ -69,6 +74,9 @@ async fn apply_order(
         .await?;
     }
     tx.commit().await?;
+    if !app.effect_delay.is_zero() {
+        tokio::time::sleep(app.effect_delay).await;
+    }
     Ok(())
 }
 
@@ -114,7 +122,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let topology = NatsTopology::new(&stream)
         .max_deliver(env_num("DELIVERY_LIMIT", 5))
         .ack_wait(Duration::from_secs_f64(env_num("ACK_WAIT_SECS", 30.0)))
-        .batch(env_num("BATCH", 64));
+        .batch(env_num("BATCH", 64))
+        .sweep_every(Duration::from_secs_f64(env_num("SWEEP_SECS", 30.0)));
+    let effect_delay = Duration::from_millis(env_num("EFFECT_DELAY_MS", 0));
 
     delivery::nats::declare(&nats_url, &topology).await?;
     let db = PgPoolOptions::new()
@@ -135,7 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let source = NatsSource::with_client(client, topology).await?;
     tracing::info!(stream, concurrency, "consuming");
     let report = Consumer::new(source)
-        .state(App { db })
+        .state(App { db, effect_delay })
         .concurrency(concurrency)
         .drain_deadline(Duration::from_secs(10))
         .shutdown_on(shutdown)

@@ -53,7 +53,11 @@ impl JetStream {
     }
 
     async fn delete(&self, topology: &NatsTopology) {
-        for stream in [&topology.stream, &topology.dead_letter_stream_name()] {
+        for stream in [
+            &topology.stream,
+            &topology.dead_letter_stream_name(),
+            &topology.advisory_stream_name(),
+        ] {
             let _ = self.context.delete_stream(stream).await;
         }
     }

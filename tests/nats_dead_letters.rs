@@ -63,7 +63,11 @@ async fn list_peek_and_redrive_under_the_same_id() {
     let topology = NatsTopology::new(&stream)
         .subjects([format!("{stream}.>")])
         .duplicate_window(Duration::from_millis(100));
-    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+    for s in [
+        &topology.stream,
+        &topology.dead_letter_stream_name(),
+        &topology.advisory_stream_name(),
+    ] {
         let _ = context.delete_stream(s).await;
     }
     delivery::nats::declare(&nats_url(), &topology)
@@ -189,7 +193,11 @@ async fn list_peek_and_redrive_under_the_same_id() {
     assert_eq!(again.len(), 3, "{again:?}");
     assert!(again.contains(&"negative".to_owned()) && again.contains(&anonymous_id));
 
-    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+    for s in [
+        &topology.stream,
+        &topology.dead_letter_stream_name(),
+        &topology.advisory_stream_name(),
+    ] {
         let _ = context.delete_stream(s).await;
     }
 }

@@ -37,7 +37,11 @@ async fn run_one_slow_unit(name: &str, in_progress_limit: Duration) -> Vec<u32> 
         .ack_wait(Duration::from_secs(1))
         .in_progress_limit(in_progress_limit)
         .max_deliver(10);
-    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+    for s in [
+        &topology.stream,
+        &topology.dead_letter_stream_name(),
+        &topology.advisory_stream_name(),
+    ] {
         let _ = context.delete_stream(s).await;
     }
     topology.declare(&context).await.unwrap();
@@ -77,7 +81,11 @@ async fn run_one_slow_unit(name: &str, in_progress_limit: Duration) -> Vec<u32> 
     }
     let _ = stop_tx.send(());
     let report = consumer.await.unwrap();
-    for s in [&topology.stream, &topology.dead_letter_stream_name()] {
+    for s in [
+        &topology.stream,
+        &topology.dead_letter_stream_name(),
+        &topology.advisory_stream_name(),
+    ] {
         let _ = context.delete_stream(s).await;
     }
     assert!(report.acked >= 1, "{report:?}");

@@ -61,6 +61,42 @@ pub(crate) fn text(s: &str) -> HeaderValue {
     HeaderValue::from(clean)
 }
 
+/// Where a unit came from and why it is dead-lettered: the dead letter's own headers.
+pub(crate) struct DeadLetterOrigin<'a> {
+    pub(crate) reason: &'a str,
+    pub(crate) detail: &'a str,
+    pub(crate) stream: &'a str,
+    pub(crate) subject: &'a str,
+    pub(crate) sequence: u64,
+    pub(crate) delivery_count: u64,
+}
+
+/// The unit's own headers, every value kept, with the dead letter's added (replacing any earlier
+/// ones, as after a redrive).
+pub(crate) fn dead_letter_headers(
+    unit: Option<&HeaderMap>,
+    origin: &DeadLetterOrigin<'_>,
+) -> HeaderMap {
+    let mut headers = unit.cloned().unwrap_or_default();
+    headers.insert(HEADER_DEAD_LETTER_REASON, origin.reason);
+    headers.insert(HEADER_DEAD_LETTER_DETAIL, text(origin.detail));
+    headers.insert(HEADER_DEAD_LETTER_SOURCE, text(origin.stream));
+    headers.insert(HEADER_DEAD_LETTER_SUBJECT, text(origin.subject));
+    headers.insert(HEADER_DEAD_LETTER_SEQUENCE, origin.sequence.to_string());
+    headers.insert(
+        HEADER_DEAD_LETTER_DELIVERY_COUNT,
+        origin.delivery_count.to_string(),
+    );
+    headers
+}
+
+/// Whether a dead letter's headers say it is the unit at `sequence` of `stream`.
+pub(crate) fn is_copy_of(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> bool {
+    last(headers, HEADER_DEAD_LETTER_SOURCE) == Some(stream)
+        && last(headers, HEADER_DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok())
+            == Some(sequence)
+}
+
 /// `headers` without the dead letter's own, every value kept in order.
 pub(crate) fn without_dead_letter_headers(headers: Option<&HeaderMap>) -> HeaderMap {
     let mut out = HeaderMap::new();
@@ -75,6 +111,24 @@ pub(crate) fn without_dead_letter_headers(headers: Option<&HeaderMap>) -> Header
         }
     }
     out
+}
+
+/// Parses a stored header block (`NATS/1.0` line, then `Name: value` lines), keeping every value
+/// of a repeated header in order. `None` if it is not a header block.
+pub(crate) fn parse_block(block: &[u8]) -> Option<HeaderMap> {
+    let text = std::str::from_utf8(block).ok()?;
+    let mut lines = text.split("\r\n");
+    if !lines.next()?.starts_with("NATS/1.0") {
+        return None;
+    }
+    let mut headers = HeaderMap::new();
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':')?;
+        let name: async_nats::header::HeaderName = name.trim().parse().ok()?;
+        let value: HeaderValue = value.trim().parse().ok()?;
+        headers.append(name, value);
+    }
+    Some(headers)
 }
 
 pub(crate) fn last<'a>(headers: Option<&'a HeaderMap>, name: &str) -> Option<&'a str> {
@@ -97,6 +151,16 @@ mod tests {
             unit_id(Some(&HeaderMap::new()), "ORDERS", 8).as_str(),
             "ORDERS:8"
         );
+    }
+
+    #[test]
+    fn a_stored_header_block_keeps_every_value() {
+        let headers =
+            parse_block(b"NATS/1.0\r\nNats-Msg-Id: m-1\r\ntrace: a\r\ntrace: b\r\n\r\n").unwrap();
+        assert_eq!(headers.get_all("trace").count(), 2);
+        assert_eq!(last(Some(&headers), "trace"), Some("b"));
+        assert_eq!(last(Some(&headers), "Nats-Msg-Id"), Some("m-1"));
+        assert!(parse_block(b"HTTP/1.1 200\r\n").is_none());
     }
 
     #[test]

@@ -46,16 +46,25 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Known limit**: a unit whose last delivery never settles (its consumer crashed, or its move
-//! to the dead letter failed) is not delivered again by JetStream and is not in the dead letter;
-//! JetStream reports it only with its `MAX_DELIVERIES` advisory.
+//! **Stranded units are swept**: a unit whose last delivery never settles (its consumer crashed,
+//! or its move to the dead letter was not confirmed) is not delivered again by JetStream, which
+//! only announces it with a `MAX_DELIVERIES` advisory. The topology captures those advisories in a
+//! stream of their own, and [`NatsDeadLetters::sweep`] — run by every [`NatsSource`] at start and
+//! every [`NatsTopology::sweep_every`] — moves each such unit from the stream into the dead
+//! letter, intact, reason `exhausted`. JetStream emits the advisory only once the last delivery's
+//! `ack_wait` has passed while a consumer of the durable is pulling, so a stranded unit reaches the
+//! dead letter one `ack_wait` plus at most one `sweep_every` after its consumer died, provided
+//! some consumer of the durable runs (or an operator sweeps after one ran).
+//!
+//! **Known limit**: a unit stranded and then removed from the stream (by its limits, before a
+//! sweep) cannot be moved; the sweep logs it and reports it in [`SweepReport::missing`].
 
 mod dead_letter;
 mod headers;
 mod source;
 mod topology;
 
-pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport};
+pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport, SweepReport};
 pub use headers::{
     HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
     HEADER_DEAD_LETTER_SEQUENCE, HEADER_DEAD_LETTER_SOURCE, HEADER_DEAD_LETTER_SUBJECT,

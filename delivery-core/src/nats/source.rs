@@ -13,7 +13,8 @@ use async_nats::{Client, HeaderMap, Subject};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use super::headers::{self, text};
+use super::dead_letter::NatsDeadLetters;
+use super::headers;
 use super::topology::NatsTopology;
 use crate::disposition::{DeadLetterReason, Disposition};
 use crate::transport::{Settle, Source, TransportError};
@@ -112,6 +113,31 @@ async fn keep_in_progress(shared: Weak<Shared>, every: Duration, limit: Duration
     }
 }
 
+/// Sweeps the units stranded on their last delivery into the dead letter, at once and then every
+/// `every`, until the source and all its handles are gone.
+async fn sweep_stranded(shared: Weak<Shared>, dead_letters: NatsDeadLetters, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if shared.strong_count() == 0 {
+            return;
+        }
+        match dead_letters.sweep().await {
+            Ok(report) if !report.is_empty() => {
+                tracing::info!(stream = %dead_letters.source(), moved = report.moved.len(),
+                    already = report.already.len(), missing = report.missing.len(),
+                    malformed = report.malformed, "swept units stranded on their last delivery");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(stream = %dead_letters.source(), %error,
+                    "could not sweep units stranded on their last delivery; trying again later");
+            }
+        }
+    }
+}
+
 impl NatsSource {
     /// A source of `topology`'s durable consumer at `url`, connected before it returns, so a wrong
     /// URL or a missing consumer fails at start. Declare the topology first ([`super::declare`]).
@@ -144,6 +170,14 @@ impl NatsSource {
             every,
             topology.in_progress_limit,
         ));
+        if !topology.sweep_every.is_zero() {
+            let dead_letters = NatsDeadLetters::new(shared.client.clone(), &topology);
+            tokio::spawn(sweep_stranded(
+                Arc::downgrade(&shared),
+                dead_letters,
+                topology.sweep_every,
+            ));
+        }
         Ok(NatsSource {
             topology,
             consumer,
@@ -279,16 +313,16 @@ impl NatsHandle {
         reason: &DeadLetterReason,
     ) -> Result<(), TransportError> {
         let shared = &self.shared;
-        let mut headers = self.headers.clone().unwrap_or_default();
-        let sequence = self.sequence.to_string();
-        headers.insert(headers::HEADER_DEAD_LETTER_REASON, reason.kind().as_str());
-        headers.insert(headers::HEADER_DEAD_LETTER_DETAIL, text(reason.detail()));
-        headers.insert(headers::HEADER_DEAD_LETTER_SOURCE, text(&shared.stream));
-        headers.insert(headers::HEADER_DEAD_LETTER_SUBJECT, text(&self.subject));
-        headers.insert(headers::HEADER_DEAD_LETTER_SEQUENCE, sequence.as_str());
-        headers.insert(
-            headers::HEADER_DEAD_LETTER_DELIVERY_COUNT,
-            unit.delivery_count().get().to_string(),
+        let headers = headers::dead_letter_headers(
+            self.headers.as_ref(),
+            &headers::DeadLetterOrigin {
+                reason: reason.kind().as_str(),
+                detail: reason.detail(),
+                stream: &shared.stream,
+                subject: &self.subject,
+                sequence: self.sequence,
+                delivery_count: u64::from(unit.delivery_count().get()),
+            },
         );
         let ack = shared
             .context
@@ -317,10 +351,7 @@ impl NatsHandle {
             .await
             .ok()
             .is_some_and(|copy| {
-                let h = Some(&copy.headers);
-                headers::last(h, headers::HEADER_DEAD_LETTER_SOURCE) == Some(shared.stream.as_str())
-                    && headers::last(h, headers::HEADER_DEAD_LETTER_SEQUENCE)
-                        == Some(sequence.as_str())
+                headers::is_copy_of(Some(&copy.headers), &shared.stream, self.sequence)
             });
         if held {
             Ok(())

@@ -18,7 +18,11 @@ use serde::{Deserialize, Serialize};
 /// - the dead-letter stream `dead_letter_stream` (default `<stream>_DLQ`) over the single subject
 ///   `dead_letter_subject` (default `<stream>_DLQ`), kept until an operator redrives or deletes its
 ///   units. JetStream itself only emits an advisory at `max_deliver`, so the consumer moves a unit
-///   that fails on its last delivery into this stream itself.
+///   that fails on its last delivery into this stream itself;
+/// - the advisory stream `advisory_stream` (default `<stream>_MAX_DELIVERIES`) capturing the
+///   durable consumer's `MAX_DELIVERIES` advisories, with its durable consumer `sweeper`: a unit
+///   whose last delivery never settled (its consumer crashed, or its move to the dead letter
+///   failed) is announced there, and a sweep moves it into the dead-letter stream.
 ///
 /// Durations are written in seconds (`"ack_wait": 2.5`).
 ///
@@ -31,6 +35,11 @@ use serde::{Deserialize, Serialize};
 /// .unwrap();
 /// assert_eq!(topology.dead_letter_stream_name(), "ORDERS_DLQ");
 /// assert_eq!(topology.dead_letter_subject_name(), "ORDERS_DLQ");
+/// assert_eq!(topology.advisory_stream_name(), "ORDERS_MAX_DELIVERIES");
+/// assert_eq!(
+///     topology.max_deliveries_advisory_subject(),
+///     "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.ORDERS.delivery"
+/// );
 /// assert_eq!(topology.durable, "delivery");
 /// assert_eq!(topology.max_deliveries().get(), 4);
 /// assert_eq!(topology.ack_wait, std::time::Duration::from_secs(10));
@@ -76,6 +85,17 @@ pub struct NatsTopology {
     /// The dead-letter stream's subject. Default `<stream>_DLQ`.
     #[serde(default)]
     pub dead_letter_subject: Option<String>,
+    /// The stream capturing the durable consumer's `MAX_DELIVERIES` advisories: the units whose
+    /// last delivery never settled, which the sweep moves to the dead letter
+    /// ([`NatsDeadLetters::sweep`](super::NatsDeadLetters::sweep)). Default
+    /// `<stream>_MAX_DELIVERIES`.
+    #[serde(default)]
+    pub advisory_stream: Option<String>,
+    /// How often a [`NatsSource`](super::NatsSource) sweeps units stranded on their last delivery
+    /// into the dead letter (once at start, then every `sweep_every`); zero leaves the sweep to
+    /// the operator. Default 30 s.
+    #[serde(default = "default_sweep_every", with = "seconds")]
+    pub sweep_every: Duration,
 }
 
 /// A stream's retention policy.
@@ -109,6 +129,13 @@ fn default_batch() -> usize {
 fn default_duplicate_window() -> Duration {
     Duration::from_secs(120)
 }
+fn default_sweep_every() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// The durable consumer of the advisory stream through which sweeps take advisories one at a
+/// time (a work queue: an advisory acknowledged is gone).
+pub(crate) const SWEEPER: &str = "sweeper";
 
 impl NatsTopology {
     /// The topology of `stream` with the defaults (see each field).
@@ -125,6 +152,8 @@ impl NatsTopology {
             retention: Retention::default(),
             dead_letter_stream: None,
             dead_letter_subject: None,
+            advisory_stream: None,
+            sweep_every: default_sweep_every(),
         }
     }
 
@@ -188,6 +217,18 @@ impl NatsTopology {
         self
     }
 
+    /// Sets the advisory stream's name.
+    pub fn advisory_stream(mut self, name: impl Into<String>) -> Self {
+        self.advisory_stream = Some(name.into());
+        self
+    }
+
+    /// Sets how often a source sweeps stranded units into the dead letter (zero: never).
+    pub fn sweep_every(mut self, every: Duration) -> Self {
+        self.sweep_every = every;
+        self
+    }
+
     /// The subjects the stream captures.
     pub fn subject_names(&self) -> Vec<String> {
         if self.subjects.is_empty() {
@@ -209,6 +250,23 @@ impl NatsTopology {
         self.dead_letter_subject
             .clone()
             .unwrap_or_else(|| self.dead_letter_stream_name())
+    }
+
+    /// The advisory stream's name.
+    pub fn advisory_stream_name(&self) -> String {
+        self.advisory_stream
+            .clone()
+            .unwrap_or_else(|| format!("{}_MAX_DELIVERIES", self.stream))
+    }
+
+    /// The subject on which JetStream announces that a unit of the durable consumer reached
+    /// `max_deliver` without being settled:
+    /// `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<durable>`.
+    pub fn max_deliveries_advisory_subject(&self) -> String {
+        format!(
+            "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{}.{}",
+            self.stream, self.durable
+        )
     }
 
     /// The most deliveries a unit gets: `max_deliver`.
@@ -242,6 +300,29 @@ impl NatsTopology {
         }
     }
 
+    /// The advisory stream's configuration: the durable consumer's `MAX_DELIVERIES` advisories,
+    /// as a work queue (an advisory is removed once a sweep acknowledged it).
+    pub fn advisory_stream_config(&self) -> stream::Config {
+        stream::Config {
+            name: self.advisory_stream_name(),
+            subjects: vec![self.max_deliveries_advisory_subject()],
+            retention: stream::RetentionPolicy::WorkQueue,
+            ..stream::Config::default()
+        }
+    }
+
+    /// The sweeps' durable consumer of the advisory stream: explicit acks, an advisory taken by one
+    /// sweep at a time (given again after a minute if that sweep died).
+    pub fn sweeper_consumer_config(&self) -> consumer::pull::Config {
+        consumer::pull::Config {
+            durable_name: Some(SWEEPER.to_owned()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(60),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..consumer::pull::Config::default()
+        }
+    }
+
     /// The durable pull consumer's configuration, exactly as declared.
     pub fn consumer_config(&self) -> consumer::pull::Config {
         consumer::pull::Config {
@@ -254,7 +335,8 @@ impl NatsTopology {
         }
     }
 
-    /// Declares the dead-letter stream, the stream and its durable consumer. An existing stream
+    /// Declares the dead-letter stream, the advisory stream and its sweeper consumer, the stream
+    /// and its durable consumer (the advisory stream first, so no advisory is missed). An existing stream
     /// is updated to these settings where JetStream allows it; an existing consumer with other
     /// settings is refused by JetStream with a [`TopologyError`] saying which step failed.
     pub async fn declare(&self, context: &jetstream::Context) -> Result<(), TopologyError> {
@@ -263,6 +345,18 @@ impl NatsTopology {
             .create_or_update_stream(self.dead_letter_stream_config())
             .await
             .map_err(|e| TopologyError::new("declaring the dead-letter stream", &dead_letter, e))?;
+        let advisories = self.advisory_stream_name();
+        context
+            .create_or_update_stream(self.advisory_stream_config())
+            .await
+            .map_err(|e| TopologyError::new("declaring the advisory stream", &advisories, e))?;
+        context
+            .get_stream(&advisories)
+            .await
+            .map_err(|e| TopologyError::new("reading the advisory stream", &advisories, e))?
+            .create_consumer(self.sweeper_consumer_config())
+            .await
+            .map_err(|e| TopologyError::new("declaring the sweeper consumer", SWEEPER, e))?;
         context
             .create_or_update_stream(self.stream_config())
             .await
