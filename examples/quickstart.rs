@@ -5,7 +5,8 @@
 //! Six units go through one handler and each meets a different fate: applied; failed then applied
 //! on redelivery; poison straight to the dead letter; retried to the bound then dead-lettered;
 //! delivered twice with one effect. It ends by listing the dead letter as an operator sees it,
-//! then checks two webhook deliveries over their raw bodies: a signed one and a forgery.
+//! then checks two webhook deliveries over their raw bodies (a signed one and a forgery), and
+//! relays an outbox record from SQLite, marked delivered only after the receiver's receipt.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -207,6 +208,8 @@ async fn main() {
     );
 
     webhooks();
+    #[cfg(feature = "sqlite")]
+    relay::run().await;
 }
 
 /// Rule 5: a webhook is verified over its raw bytes before anything parses it. The same
@@ -236,5 +239,88 @@ webhooks, verified over the raw body before parsing (rule 5):"
             Ok(()) => println!("  {what}: verified, then parsed and handled -> 200"),
             Err(error) => println!("  {what}: refused before parsing -> 401 ({error})"),
         }
+    }
+}
+
+/// Rule 6: the sending side. An order and the event announcing it are written in one transaction;
+/// the relay sends the event under the record's own id and marks it delivered only for the
+/// receiver's receipt. The first attempt fails (the receiver is "down"), the second gets through.
+#[cfg(feature = "sqlite")]
+mod relay {
+    use delivery::outbox::sink::{MemorySink, SinkFailure};
+    use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
+    use delivery::{Backoff, HandlerError, OutboxRecord, Receipt, State, relay};
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct OrderPlaced {
+        order_id: String,
+    }
+
+    #[relay]
+    async fn announce(
+        record: OutboxRecord<OrderPlaced>,
+        State(sink): State<MemorySink>,
+    ) -> Result<Receipt, HandlerError> {
+        sink.send(&record).await
+    }
+
+    pub(super) async fn run() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let outbox = Outbox::new();
+        let store = outbox.sqlite(pool.clone());
+        store.migrate().await.unwrap();
+
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("CREATE TABLE orders (order_id TEXT PRIMARY KEY)")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO orders VALUES ('o-6')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let event = NewRecord::json(
+            "orders.events",
+            &OrderPlaced {
+                order_id: "o-6".into(),
+            },
+        )
+        .unwrap()
+        .id("order-o-6-placed");
+        let id = outbox.write(&mut tx, event).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let receiver = MemorySink::new();
+        receiver.fail_next(1, SinkFailure::Transient);
+        let report = Relayer::new(store.clone())
+            .state(receiver.clone())
+            .backoff(Backoff::exponential(
+                std::time::Duration::from_millis(20),
+                std::time::Duration::from_millis(200),
+            ))
+            .shutdown_on(store.idle())
+            .run(announce)
+            .await;
+
+        println!("\nthe outbox, relayed (rule 6):");
+        println!("  order o-6 and its event written in one transaction, record id `{id}`");
+        for sent in receiver.sent() {
+            println!(
+                "  attempt {}: sent as `{}` -> {}",
+                sent.attempts + 1,
+                sent.id,
+                if sent.accepted {
+                    "receipt; marked delivered"
+                } else {
+                    "receiver down; retried after a backoff"
+                }
+            );
+        }
+        let stored = store.get(&id).await.unwrap().expect("the record");
+        assert_eq!(stored.status, Status::Delivered);
+        println!(
+            "  relay report: {} delivered, {} retried; the record is {:?}",
+            report.delivered, report.retried, stored.status
+        );
     }
 }

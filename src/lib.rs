@@ -312,16 +312,60 @@ pub use delivery_macros::webhook;
 /// Turns an `async fn(record: OutboxRecord<T>, ..) -> Result<Receipt, E>` into a relay function
 /// the outbox relay runs (rule 6).
 ///
-/// The relay claims pending outbox records and calls the function once per attempt, under the
-/// record's own id; it marks a record delivered only for the [`Receipt`] the function returns —
-/// and only a sink makes one, once the receiver confirmed. A failure (`?`,
+/// The relay ([`outbox::Relayer`]) claims pending outbox records and calls the function once per
+/// attempt, under the record's own id; it marks a record delivered only for the [`Receipt`] the
+/// function returns — and only a sink makes one, once the receiver confirmed. A failure (`?`,
 /// [`HandlerError::retry`]) is retried after a backoff, counted in the record;
 /// [`HandlerError::reject`] and a payload that does not decode mark the record dead at once.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use delivery::outbox::sink::MemorySink;
+/// use delivery::outbox::{NewRecord, Outbox, Relayer};
+/// use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct OrderPlaced { order_id: String }
+///
+/// #[relay]
+/// async fn announce(
+///     record: OutboxRecord<OrderPlaced>,
+///     State(sink): State<MemorySink>,
+/// ) -> Result<Receipt, HandlerError> {
+///     // Sent under the record's own id (an AMQP message id, an HTTP Idempotency-Key).
+///     sink.send(&record).await
+/// }
+///
+/// // The write side: the record is written in the same transaction as the effect.
+/// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+/// let outbox = Outbox::new();
+/// let store = outbox.sqlite(pool.clone());
+/// store.migrate().await?;
+/// let mut tx = pool.begin().await?;
+/// // .. the order itself is inserted here, in `tx` ..
+/// let event = OrderPlaced { order_id: "o-1".into() };
+/// outbox.write(&mut tx, NewRecord::json("orders.events", &event)?.id("order-o-1")).await?;
+/// tx.commit().await?;
+///
+/// // The relay: marks the record delivered once the sink's receipt came back.
+/// let sink = MemorySink::new();
+/// let report = Relayer::new(store.clone())
+///     .state(sink.clone())
+///     .shutdown_on(store.idle())
+///     .run(announce)
+///     .await;
+/// assert_eq!(report.delivered, 1);
+/// assert_eq!(sink.accepted()[0].id.as_str(), "order-o-1");
+/// # Ok(()) }
+/// # #[cfg(not(feature = "sqlite"))] fn main() {}
+/// ```
+///
 /// Parameters are relay extractors ([`outbox::FromRecord`]): [`OutboxRecord<T>`] (the record with
-/// its JSON payload decoded), [`State<S>`], [`RecordId`]. The checks of [`consumer`] apply: no
-/// clock or id minter as a parameter or in the body, no acknowledgement handle — and the function
-/// must return `Result<Receipt, E>`:
+/// its JSON payload decoded), [`outbox::Record`] (as stored, bytes untouched), [`State<S>`],
+/// [`RecordId`]. The checks of [`consumer`] apply: no clock or id minter as a parameter or in the
+/// body, no acknowledgement handle — and the function must return `Result<Receipt, E>`:
 ///
 /// ```compile_fail
 /// # use delivery::{HandlerError, OutboxRecord, relay};

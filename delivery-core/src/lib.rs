@@ -10,6 +10,7 @@
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter | 1, 2 |
+//! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
 //!
 //! # Features
@@ -20,7 +21,8 @@
 //! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
 //! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream) |
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
-//! | `postgres`, `sqlite`, `http` | the outbox relay's stores and HTTP sink: `outbox` |
+//! | `postgres`, `sqlite` | outbox stores (sqlx): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
+//! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
 //! | `kafka` | reserved for its integration |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
