@@ -4,11 +4,24 @@
 //!
 //! Adds `BENCH_N` entries (default 20000) to a fresh stream and group, then consumes them with a
 //! no-op handler through `RedisSource` + `Consumer` (batch 32), and the same through a
-//! hand-written loop: `XREADGROUP ... COUNT 32 BLOCK` on a connection without response timeout
-//! and `XACK` per entry on a second connection, as the transport does. First one at a time
-//! (concurrency 1, each `XACK` awaited before the next entry), then with the acknowledgements of
-//! up to 32 entries in flight. Each side runs three times, interleaved; prints every run, the
-//! median rates and their ratio.
+//! hand-written loop as a user writes it: `XREADGROUP ... COUNT 32 BLOCK` on a connection without
+//! response timeout, then one `XACK` per entry on a second connection. First one at a time
+//! (concurrency 1: each `XACK` awaited before the next entry, on both sides), then with the
+//! acknowledgements of up to 32 entries in flight (the hand-written loop sends a batch's 32
+//! `XACK`s at once, pipelined on its multiplexed connection, and awaits them all before the next
+//! read).
+//!
+//! The transport sends at most one `XACK` at a time per source and combines the entries settled
+//! while one is in flight into the next (`XACK stream group id1 … idN`); each settle still returns
+//! only once the `XACK` carrying its id was answered. At concurrency 1 that changes nothing (one
+//! id per `XACK`, as the hand-written loop); at concurrency 32 the transport sends fewer, longer
+//! `XACK`s than the hand-written loop's one per entry.
+//!
+//! Each side runs `BENCH_ROUNDS` times (default 5), interleaved, the first side alternating;
+//! prints every run, the median rates and their ratio (and the median of each round's ratio), and the median CPU time the bench process spent per unit (both sides'
+//! client work, Redis's own time not included), which the other load of a shared machine
+//! disturbs less than the rates. For profiling, `BENCH_ONLY=hand` or `BENCH_ONLY=delivery` runs
+//! one side and `BENCH_CONCURRENCY=1` or `32` one of the two cases.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,7 +95,41 @@ async fn fresh(topology: &RedisTopology, n: u64) {
     }
 }
 
-async fn through_transport(topology: &RedisTopology, n: u64, concurrency: usize) -> f64 {
+/// A run's units per second and the process's CPU time per unit, in microseconds.
+#[derive(Clone, Copy)]
+struct Run {
+    rate: f64,
+    cpu_us: f64,
+}
+
+/// The CPU time this process's threads have used so far (the first field of each thread's
+/// `/proc/self/task/*/schedstat`, in nanoseconds; the runtime's threads live as long as the
+/// bench); `None` where that is not readable.
+fn cpu_time() -> Option<Duration> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        total += stat.split(' ').next()?.parse::<u64>().ok()?;
+    }
+    Some(Duration::from_nanos(total))
+}
+
+/// Measures `consume` (which must consume all `n` units).
+async fn measure<F: std::future::Future<Output = ()>>(n: u64, consume: F) -> Run {
+    let (cpu_before, start) = (cpu_time(), Instant::now());
+    consume.await;
+    let elapsed = start.elapsed();
+    let cpu = match (cpu_before, cpu_time()) {
+        (Some(before), Some(after)) => (after - before).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    Run {
+        rate: n as f64 / elapsed.as_secs_f64(),
+        cpu_us: cpu * 1e6 / n as f64,
+    }
+}
+
+async fn through_transport(topology: &RedisTopology, n: u64, concurrency: usize) -> Run {
     fresh(topology, n).await;
     let bench = Bench {
         done: Arc::new(AtomicU64::new(0)),
@@ -92,17 +139,17 @@ async fn through_transport(topology: &RedisTopology, n: u64, concurrency: usize)
     let source = RedisSource::connect(&url(), topology.clone())
         .await
         .unwrap();
-    let start = Instant::now();
     let finished = bench.finished.clone();
-    let report = Consumer::new(source)
-        .state(bench)
-        .concurrency(concurrency)
-        .shutdown_on(async move { finished.notified().await })
-        .run(handle)
-        .await;
-    let rate = n as f64 / start.elapsed().as_secs_f64();
-    assert_eq!(report.acked, n);
-    rate
+    measure(n, async {
+        let report = Consumer::new(source)
+            .state(bench)
+            .concurrency(concurrency)
+            .shutdown_on(async move { finished.notified().await })
+            .run(handle)
+            .await;
+        assert_eq!(report.acked, n);
+    })
+    .await
 }
 
 /// The entry ids of an `XREADGROUP` reply for one stream.
@@ -130,11 +177,24 @@ fn entry_ids(reply: Value) -> Vec<String> {
     ids
 }
 
-async fn hand_written(topology: &RedisTopology, n: u64, concurrency: usize) -> f64 {
+async fn hand_written(topology: &RedisTopology, n: u64, concurrency: usize) -> Run {
     fresh(topology, n).await;
     let mut reader = raw(None).await;
     let acker = raw(Some(Duration::from_secs(10))).await;
-    let start = Instant::now();
+    measure(
+        n,
+        hand_written_loop(topology, n, concurrency, &mut reader, &acker),
+    )
+    .await
+}
+
+async fn hand_written_loop(
+    topology: &RedisTopology,
+    n: u64,
+    concurrency: usize,
+    reader: &mut MultiplexedConnection,
+    acker: &MultiplexedConnection,
+) {
     let mut acked = 0u64;
     while acked < n {
         let reply: Value = redis::cmd("XREADGROUP")
@@ -148,7 +208,7 @@ async fn hand_written(topology: &RedisTopology, n: u64, concurrency: usize) -> f
             .arg("STREAMS")
             .arg(&topology.stream)
             .arg(">")
-            .query_async(&mut reader)
+            .query_async(reader)
             .await
             .unwrap();
         let ids = entry_ids(reply);
@@ -179,38 +239,52 @@ async fn hand_written(topology: &RedisTopology, n: u64, concurrency: usize) -> f
             while inflight.next().await.is_some() {}
         }
     }
-    n as f64 / start.elapsed().as_secs_f64()
 }
 
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 #[tokio::main]
 async fn main() {
-    let n: u64 = std::env::var("BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let n: u64 = env_or("BENCH_N", 20_000);
+    let rounds: usize = env_or("BENCH_ROUNDS", 5).max(1);
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let topology = RedisTopology::new(format!("bench-{}", std::process::id()), "bench")
         .batch(BATCH)
         .consumer("transport");
-    // Two cores shared with the server make single runs noisy: each side runs three times,
-    // interleaved, and the medians are compared.
+    // Two cores shared with the server (and other work) make single runs noisy: each side runs
+    // `rounds` times, interleaved, and the medians are compared.
     for (label, concurrency) in [
         ("no-op, concurrency 1", 1),
         ("no-op, acks of a batch in flight (concurrency 32)", 32),
     ] {
-        let (mut hand, mut ours) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            hand.push(hand_written(&topology, n, concurrency).await);
-            ours.push(through_transport(&topology, n, concurrency).await);
+        if std::env::var("BENCH_CONCURRENCY").is_ok_and(|c| c != concurrency.to_string()) {
+            continue;
         }
-        let runs = |rates: &[f64]| {
-            rates
-                .iter()
-                .map(|r| format!("{r:.0}"))
+        let (mut hand, mut ours) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            // Which side goes first alternates, so a drift of the machine's load favours neither.
+            for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                if side == 0 && only != "delivery" {
+                    hand.push(hand_written(&topology, n, concurrency).await);
+                }
+                if side == 1 && only != "hand" {
+                    ours.push(through_transport(&topology, n, concurrency).await);
+                }
+            }
+        }
+        let runs = |runs: &[Run]| {
+            runs.iter()
+                .map(|r| format!("{:.0}", r.rate))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -219,10 +293,27 @@ async fn main() {
             runs(&hand),
             runs(&ours)
         );
-        let (hand, ours) = (median(hand), median(ours));
+        let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
+        let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.cpu_us).collect());
+        if hand.is_empty() || ours.is_empty() {
+            continue;
+        }
+        let (hand_rate, ours_rate) = (rate(&hand), rate(&ours));
+        // Each round's two runs ran back to back, under about the same load.
+        let paired = median(
+            hand.iter()
+                .zip(&ours)
+                .map(|(h, o)| o.rate / h.rate)
+                .collect(),
+        );
         println!(
-            "{label}: {n} units, batch {BATCH}; hand-written redis {hand:.0}/s, delivery {ours:.0}/s, ratio {:.3}",
-            ours / hand
+            "{label}: {n} units, batch {BATCH}; hand-written redis {hand_rate:.0}/s, delivery {ours_rate:.0}/s, ratio {:.3} (median of the rounds' ratios {paired:.3})",
+            ours_rate / hand_rate
+        );
+        println!(
+            "{label}: client CPU per unit (median) hand-written {:.1} µs, delivery {:.1} µs",
+            cpu(&hand),
+            cpu(&ours)
         );
     }
     let mut redis = raw(Some(Duration::from_secs(10))).await;

@@ -3,7 +3,11 @@
 //! the operator's view of the dead-letter stream.
 //!
 //! - **Acknowledgement**: new entries are read with `XREADGROUP ... >`; an entry is `XACK`ed only
-//!   once its handler resolved `Ok` (the runtime's [`Disposition::Ack`](crate::Disposition::Ack)).
+//!   once its handler resolved `Ok` (the runtime's [`Disposition::Ack`](crate::Disposition::Ack)),
+//!   and its settle returns only once Redis answered that `XACK`. At most one `XACK` of a source
+//!   is in flight: the entries settled while it is go together in the next one
+//!   (`XACK <stream> <group> <id1> … <idN>`), so units in flight cost one command per round trip
+//!   instead of one each; one unit at a time, each `XACK` carries one id.
 //! - **Return**: a failed entry is left pending in the group. The source claims pending entries
 //!   back itself with `XAUTOCLAIM` once they have been idle for the topology's
 //!   [`claim_idle`](RedisTopology::claim_idle): that idle time is the backoff (it replaces the
@@ -68,6 +72,7 @@
 //! # Ok(()) }
 //! ```
 
+mod ack;
 mod dead_letter;
 mod entry;
 mod publish;

@@ -12,6 +12,7 @@ use ::redis::{RedisError, Value};
 use metrics::Counter;
 use tokio::time::Instant;
 
+use super::ack::{Acks, Joined, Next, Turn};
 use super::entry::{self, Entry, Read};
 use super::topology::RedisTopology;
 use super::{
@@ -69,6 +70,8 @@ pub(super) struct Shared {
     /// The connection for `XACK`, `XADD` to the dead letter and `XPENDING`; reopened after a
     /// connection-level failure.
     settle: std::sync::Mutex<Option<MultiplexedConnection>>,
+    /// Acknowledgements in flight, combined into one `XACK` at a time.
+    acks: Acks,
     deleted: Counter,
     exhausted: Counter,
 }
@@ -125,6 +128,7 @@ impl RedisSource {
             group: topology.group.clone(),
             client: client.clone(),
             settle: std::sync::Mutex::new(None),
+            acks: Acks::default(),
         };
         RedisSource {
             shared: Arc::new(shared),
@@ -419,17 +423,42 @@ impl Shared {
         TransportError::new(what, error)
     }
 
-    async fn ack(&self, entry_id: &str) -> Result<(), TransportError> {
-        let mut connection = self.connection().await?;
-        ::redis::cmd("XACK")
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(entry_id)
-            // 0 means no longer pending: another consumer claimed and acknowledged it meanwhile.
-            .query_async::<i64>(&mut connection)
-            .await
-            .map(drop)
-            .map_err(|e| self.failed("acknowledging (XACK)", e))
+    /// Acknowledges `entry_id`, returning once Redis answered the `XACK` that carried it. With
+    /// an `XACK` of this source already in flight, the id waits and goes with the others queued
+    /// meanwhile in the next one (see `ack.rs`).
+    async fn ack(&self, entry_id: String) -> Result<(), TransportError> {
+        match self.acks.join(entry_id) {
+            Joined::Send(turn) => self.send_acks(turn).await,
+            Joined::Wait(mut waiting) => loop {
+                match waiting.next().await {
+                    Next::Answered(outcome) => return outcome,
+                    // It sends for the queue (its own id among it, unless an earlier `XACK`
+                    // took it); its own answer comes through `waiting` either way.
+                    Next::Send(turn) => drop(self.send_acks(turn).await),
+                }
+            },
+        }
+    }
+
+    /// One `XACK` for the ids of `turn`; then the next may go.
+    async fn send_acks(&self, turn: Turn<'_>) -> Result<(), TransportError> {
+        let mut xack = ::redis::cmd("XACK");
+        xack.arg(&self.stream).arg(&self.group);
+        for id in turn.ids() {
+            xack.arg(id);
+        }
+        let outcome = match self.connection().await {
+            // The reply counts the ids that were pending; one that was not had been claimed and
+            // acknowledged by another consumer meanwhile, which is no failure.
+            Ok(mut connection) => xack
+                .query_async::<i64>(&mut connection)
+                .await
+                .map(drop)
+                .map_err(|e| self.failed("acknowledging (XACK)", e)),
+            Err(error) => Err(error),
+        };
+        turn.finish(&outcome);
+        outcome
     }
 
     /// `XADD` the entry, intact, with the reason, to the dead letter; only once Redis answered,
@@ -469,7 +498,7 @@ impl Shared {
                 ),
             ));
         }
-        self.ack(&entry.id).await.map_err(|error| {
+        self.ack(entry.id.clone()).await.map_err(|error| {
             TransportError::msg(
                 "acknowledging a dead-lettered unit",
                 format!(
@@ -512,7 +541,7 @@ impl crate::marker::AckHandle for RedisHandle {}
 impl Settle for RedisHandle {
     async fn settle(self, unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
         match disposition {
-            Disposition::Ack => self.shared.ack(&self.entry.id).await,
+            Disposition::Ack => self.shared.ack(self.entry.id).await,
             // Left pending: claimed back once idle for the claim idle time, which is the
             // backoff, and counted by Redis on that claim.
             Disposition::Return { .. } => Ok(()),
