@@ -3,10 +3,14 @@
 //! server is unreachable. The test writes into a schema of its own.
 #![cfg(feature = "nats")]
 
+#[path = "support/process.rs"]
+mod process;
+
+use process::{database_url, example_binary, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
@@ -16,37 +20,6 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// The example's binary, built on demand into this test's own target directory.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--features",
-            "nats",
-            "--example",
-            "nats_consumer",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("running cargo build for the example");
-    assert!(
-        status.success(),
-        "building examples/nats_consumer.rs failed"
-    );
-    profile_dir.join("examples").join("nats_consumer")
 }
 
 struct Env {
@@ -89,7 +62,9 @@ impl Env {
         }
         topology.declare(&context).await.unwrap();
         Env {
-            binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
+            binary: tokio::task::spawn_blocking(|| example_binary("nats_consumer"))
+                .await
+                .unwrap(),
             stream,
             schema,
             db,
@@ -197,40 +172,6 @@ impl Env {
             let _ = self.context.delete_stream(s).await;
         }
     }
-}
-
-async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached within {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the example did not stop within 20 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn order(id: &str, customer: &str, amount: i64) -> String {
-    format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

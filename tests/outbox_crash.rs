@@ -4,6 +4,10 @@
 //! carrying the record's id as `message_id`. Fails, never skips, when a server is unreachable.
 #![cfg(all(feature = "postgres", feature = "lapin"))]
 
+#[path = "support/process.rs"]
+mod process;
+
+use process::{amqp_url, database_url, example_binary};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,38 +20,6 @@ use sqlx::{AssertSqlSafe, PgPool};
 const RECORDS: i64 = 3000;
 const KILLS: usize = 12;
 const QUEUE: &str = "orders.events.audit";
-
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// The example's binary, built on demand into this test's own target directory.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--features",
-            "postgres,lapin",
-            "--example",
-            "outbox_relay",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("running cargo build for the example");
-    assert!(status.success(), "building examples/outbox_relay.rs failed");
-    profile_dir.join("examples").join("outbox_relay")
-}
 
 struct Env {
     binary: PathBuf,
@@ -121,7 +93,9 @@ async fn sigkill_between_publish_and_mark_loses_nothing() {
         .queue_delete(QUEUE.into(), QueueDeleteOptions::default())
         .await;
     let env = Env {
-        binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
+        binary: tokio::task::spawn_blocking(|| example_binary("outbox_relay"))
+            .await
+            .unwrap(),
         schema,
         db,
     };

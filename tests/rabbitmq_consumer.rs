@@ -5,12 +5,15 @@
 
 #[path = "support/rabbitmq_orders.rs"]
 mod orders;
+#[path = "support/process.rs"]
+mod process;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use delivery::ReasonKind;
-use orders::{Env, by_id, order, terminate, wait_for};
+use orders::{Env, by_id};
+use process::{order, terminate, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_applies_orders_once_and_dead_letters_poison() {

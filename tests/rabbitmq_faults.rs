@@ -12,13 +12,16 @@
 
 #[path = "support/rabbitmq_orders.rs"]
 mod orders;
+#[path = "support/process.rs"]
+mod process;
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::process::Command;
 use std::time::Duration;
 
-use orders::{Env, order, terminate, wait_for};
+use orders::Env;
+use process::{order, terminate, wait_for};
 
 /// Runs a service command (as the servers' own tools do it), failing loudly.
 fn service(what: &str, program: &str, args: &[&str]) {

@@ -3,10 +3,14 @@
 //! unreachable. Each test uses streams and hashes of its own (`redis-<name>-<pid>`).
 #![cfg(feature = "redis")]
 
+#[path = "support/process.rs"]
+mod process;
+
+use process::{example_binary, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delivery::ReasonKind;
 use delivery::redis::{DeadLetterRecord, RedisDeadLetters, RedisTopology};
@@ -15,32 +19,6 @@ use redis::aio::MultiplexedConnection;
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// The example's binary, built on demand into this test's own target directory.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--features",
-            "redis",
-            "--example",
-            "redis_consumer",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("running cargo build for the example");
-    assert!(
-        status.success(),
-        "building examples/redis_consumer.rs failed"
-    );
-    profile_dir.join("examples").join("redis_consumer")
 }
 
 struct Env {
@@ -61,7 +39,9 @@ impl Env {
             .unwrap_or_else(|e| panic!("Redis unreachable at {}: {e}", redis_url()));
         let topology = RedisTopology::new(&stream, GROUP);
         let env = Env {
-            binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
+            binary: tokio::task::spawn_blocking(|| example_binary("redis_consumer"))
+                .await
+                .unwrap(),
             stream,
             topology,
             redis,
@@ -188,40 +168,6 @@ fn pairs(value: Value) -> HashMap<String, Value> {
         Value::Map(map) => map.into_iter().map(|(k, v)| (text(&k), v)).collect(),
         other => panic!("{other:?}"),
     }
-}
-
-async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached within {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the example did not stop within 20 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn order(id: &str, customer: &str, amount: i64) -> String {
-    format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
 }
 
 fn by_id(dead: &[DeadLetterRecord]) -> BTreeMap<String, &DeadLetterRecord> {

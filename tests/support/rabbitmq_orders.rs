@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use delivery::lapin::options::QueueDeleteOptions;
 use delivery::lapin::{BasicProperties, Connection};
@@ -13,40 +12,7 @@ use delivery::rabbitmq::{ConfirmedPublisher, DeadLetterRecord, RabbitDeadLetters
 // Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
-pub fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// The example's binary, built on demand into this test's own target directory.
-pub fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let target_dir = profile_dir.parent().unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "--features",
-            "lapin",
-            "--example",
-            "rabbitmq_consumer",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("running cargo build for the example");
-    assert!(
-        status.success(),
-        "building examples/rabbitmq_consumer.rs failed"
-    );
-    profile_dir.join("examples").join("rabbitmq_consumer")
-}
+use crate::process::{amqp_url, database_url, example_binary};
 
 pub struct Env {
     pub database_url: String,
@@ -93,7 +59,9 @@ impl Env {
         Env {
             database_url,
             publisher: ConfirmedPublisher::new(amqp_url()),
-            binary: tokio::task::spawn_blocking(example_binary).await.unwrap(),
+            binary: tokio::task::spawn_blocking(|| example_binary("rabbitmq_consumer"))
+                .await
+                .unwrap(),
             queue,
             schema,
             db,
@@ -213,40 +181,6 @@ impl Env {
         }
         self.publisher.close().await;
     }
-}
-
-pub async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + patience;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached within {patience:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the example did not stop within 20 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-pub fn order(id: &str, customer: &str, amount: i64) -> String {
-    format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
 }
 
 pub fn by_id(dead: &[DeadLetterRecord]) -> BTreeMap<String, &DeadLetterRecord> {

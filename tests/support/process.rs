@@ -1,0 +1,95 @@
+//! Running an example as a child process, for the crash tests: built on demand with the features
+//! this test binary was built with (so nothing is rebuilt), stopped with SIGTERM or killed.
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+pub fn amqp_url() -> String {
+    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The features this test binary was built with, as `cargo build --features` takes them.
+fn features() -> String {
+    [
+        ("lapin", cfg!(feature = "lapin")),
+        ("axum", cfg!(feature = "axum")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("sqlite", cfg!(feature = "sqlite")),
+        ("redis", cfg!(feature = "redis")),
+        ("nats", cfg!(feature = "nats")),
+        ("kafka", cfg!(feature = "kafka")),
+        ("http", cfg!(feature = "http")),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(name, _)| *name)
+    .collect::<Vec<_>>()
+    .join(",")
+}
+
+/// `examples/<name>.rs`, built into this test's own target directory.
+pub fn example_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let target_dir = profile_dir.parent().unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--features",
+            &features(),
+            "--example",
+            name,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .status()
+        .expect("running cargo build for the example");
+    assert!(status.success(), "building examples/{name}.rs failed");
+    profile_dir.join("examples").join(name)
+}
+
+/// Waits until `check` holds, failing the test after `patience`.
+pub async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached within {patience:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sends SIGTERM and waits (at most 20 s) for the child to exit.
+pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the example did not stop within 20 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// An order unit of the examples' contract.
+pub fn order(id: &str, customer: &str, amount: i64) -> String {
+    format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
+}
