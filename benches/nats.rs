@@ -24,6 +24,15 @@ struct Counter {
     done: Arc<tokio::sync::Notify>,
 }
 
+/// Handlers run at once by the runtime (`BENCH_CONCURRENCY`, default 1: one at a time, as the
+/// hand-written loop acks).
+fn concurrency() -> usize {
+    std::env::var("BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 #[consumer]
 async fn no_op(State(counter): State<Counter>) -> Result<(), HandlerError> {
     if counter.seen.fetch_add(1, Ordering::Relaxed) + 1 == counter.target {
@@ -98,6 +107,7 @@ async fn runtime(client: &async_nats::Client, topology: &NatsTopology, units: u6
         .await
         .unwrap();
     let report = Consumer::new(source)
+        .concurrency(concurrency())
         .state(counter)
         .shutdown_on(async move { done.notified().await })
         .drain_deadline(Duration::from_secs(5))
@@ -147,7 +157,10 @@ fn main() {
         }
         let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let (raw_best, ours_best) = (best(&raw_rates), best(&ours));
-        println!("nats: {units} units per side, pull batch {BATCH}, +ACK per unit");
+        println!(
+            "nats: {units} units per side, pull batch {BATCH}, +ACK per unit, runtime concurrency {}",
+            concurrency()
+        );
         println!("  raw async-nats loop : {raw_best:>10.0} units/s  (runs: {raw_rates:.0?})");
         println!("  delivery NatsSource : {ours_best:>10.0} units/s  (runs: {ours:.0?})");
         println!("  ratio               : {:.3}", ours_best / raw_best);
