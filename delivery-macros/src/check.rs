@@ -17,8 +17,16 @@ pub(crate) enum Forbidden {
 }
 
 impl Forbidden {
-    fn param_message(self, name: &str) -> String {
+    fn param_message(self, name: &str, relay: bool) -> String {
         match self {
+            Forbidden::Clock if relay => format!(
+                "a relay function must not take a clock (`{name}`): every attempt must send the record as it was written (rule 6)\n\
+                 help: any time the receiver needs belongs in the payload, written in the same transaction as the effect"
+            ),
+            Forbidden::Minter if relay => format!(
+                "a relay function must not take an id minter or a random source (`{name}`): every attempt must send under the record's own id, or the receiver cannot deduplicate (rule 6)\n\
+                 help: send under `record.id()`, or derive from it: `Uuid::new_v5(&namespace, record.id().as_str().as_bytes())`"
+            ),
             Forbidden::Clock => format!(
                 "a handler must not take a clock (`{name}`): every delivery would write a different time (rule 3)\n\
                  help: take the time from the unit (a field of the payload, its `Stamp`, a header) so a redelivery writes the same value"
@@ -34,8 +42,16 @@ impl Forbidden {
         }
     }
 
-    fn call_message(self, call: &str) -> String {
+    fn call_message(self, call: &str, relay: bool) -> String {
         match self {
+            Forbidden::Clock if relay => format!(
+                "a relay function must not read the clock (`{call}`): every attempt must send the record as it was written (rule 6)\n\
+                 help: any time the receiver needs belongs in the payload, written in the same transaction as the effect"
+            ),
+            Forbidden::Minter if relay => format!(
+                "a relay function must not mint ids or randomness (`{call}`): every attempt would send under a new id, and the receiver could not deduplicate (rule 6)\n\
+                 help: send under `record.id()`, or derive from it: `Uuid::new_v5(&namespace, record.id().as_str().as_bytes())`"
+            ),
             Forbidden::Clock => format!(
                 "a handler must not read the clock (`{call}`): every delivery would write a different time (rule 3)\n\
                  help: take the time from the unit (a field of the payload, its `Stamp`, a header); a clock read that writes nothing, \
@@ -81,7 +97,7 @@ const WRAPPERS: &[&str] = &[
 pub(crate) fn param_type(ty: &Type, allow_clock: bool, cx: &Ctxt) -> bool {
     match find_forbidden_type(ty, allow_clock) {
         Some((kind, tokens, name)) => {
-            cx.error_spanned_by(tokens, kind.param_message(&name));
+            cx.error_spanned_by(tokens, kind.param_message(&name, cx.is_relay()));
             false
         }
         None => true,
@@ -274,14 +290,14 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                             cx,
                             first.span(),
                             second.span(),
-                            Forbidden::Clock.call_message(&call),
+                            Forbidden::Clock.call_message(&call, cx.is_relay()),
                         );
                     } else if mints {
                         report(
                             cx,
                             first.span(),
                             second.span(),
-                            Forbidden::Minter.call_message(&call),
+                            Forbidden::Minter.call_message(&call, cx.is_relay()),
                         );
                     }
                 }
@@ -297,7 +313,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         method.span(),
-                        Forbidden::Clock.call_message(&call),
+                        Forbidden::Clock.call_message(&call, cx.is_relay()),
                     );
                 }
                 if MINT_NAMES.contains(&written.as_str()) {
@@ -305,7 +321,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         first.span(),
-                        Forbidden::Minter.call_message(&written),
+                        Forbidden::Minter.call_message(&written, cx.is_relay()),
                     );
                 }
                 let is_macro =
@@ -315,7 +331,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         first.span(),
-                        Forbidden::Minter.call_message(&format!("{written}!")),
+                        Forbidden::Minter.call_message(&format!("{written}!"), cx.is_relay()),
                     );
                 }
             }

@@ -16,7 +16,10 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream, flavor: Flavor) -> To
         Ok(function) => function,
         Err(errors) => return errors,
     };
-    let cx = Ctxt::new();
+    let cx = match flavor {
+        Flavor::Relay => Ctxt::relay(),
+        Flavor::Consumer | Flavor::Webhook => Ctxt::new(),
+    };
     let args = Args::parse(attr, &cx);
     let shape_ok = check_shape(&function, flavor, &cx);
     let checked = shape_ok.then(|| check_signature(&function, &args, flavor, &cx));
