@@ -10,6 +10,7 @@
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter | 1, 2 |
+//! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
 //!
@@ -35,6 +36,7 @@ pub mod marker;
 pub mod memory;
 #[cfg(feature = "nats")]
 pub mod nats;
+pub mod offset;
 pub mod outbox;
 #[cfg(feature = "lapin")]
 pub mod rabbitmq;
