@@ -32,6 +32,8 @@ pub mod disposition;
 mod error;
 pub mod extract;
 mod handler;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod marker;
 pub mod memory;
 #[cfg(feature = "nats")]

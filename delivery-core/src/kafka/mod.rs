@@ -1,0 +1,110 @@
+//! Kafka through rdkafka (feature `kafka`): a [`Source`](crate::Source) over one topic read by a
+//! consumer group, whose offsets are committed only through the commit
+//! [watermark](crate::offset), and the topology helper that creates its topics.
+//!
+//! - **Acknowledgement is an offset commit**, and an offset confirms every unit before it (rule 1).
+//!   `enable.auto.commit` is off; units of a partition are handled concurrently, and the offset
+//!   committed only advances over the contiguous run of units whose disposition is final: acked,
+//!   or moved to the retry or dead-letter topic with the broker's acknowledgement (`acks=all`,
+//!   awaited). Commits are batched — every [`commit_interval`](KafkaTopology::commit_interval),
+//!   one commit for every partition that advanced — and flushed when a rebalance revokes
+//!   partitions and when the source is dropped.
+//! - **Return**: Kafka keeps no delivery count, so the count travels with the unit. A failed unit
+//!   is republished, intact (key, payload, headers), to the retry topic with
+//!   [`HEADER_DELIVERY_COUNT`] incremented and the time it is due after the runtime's backoff
+//!   ([`HEADER_DUE_MS`]); once the broker acknowledged that write, its offset is final. The same
+//!   source reads the retry topic in the same group, holds each unit until it is due, and hands it
+//!   to the same handler. A failed publish is tried again with a growing pause; the unit's offset
+//!   stays where it is meanwhile, so nothing is committed past it.
+//! - **The bound is the carried count**: [`Source::max_deliveries`](crate::Source::max_deliveries)
+//!   is the topology's [`max_deliveries`](KafkaTopology::max_deliveries), checked by the runtime
+//!   against [`HEADER_DELIVERY_COUNT`]; the first delivery from the source topic counts 1.
+//! - **Dead letter**: past the bound, malformed or rejected, the unit is published intact to the
+//!   dead-letter topic with [`HEADER_DEAD_LETTER_REASON`], [`HEADER_DEAD_LETTER_DETAIL`], its
+//!   source coordinates ([`HEADER_DEAD_LETTER_SOURCE_TOPIC`], [`HEADER_DEAD_LETTER_SOURCE_PARTITION`],
+//!   [`HEADER_DEAD_LETTER_SOURCE_OFFSET`] — where it was first read, also for a unit that went
+//!   through the retry topic) and [`HEADER_DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
+//!   acknowledged it is its offset final.
+//! - **Rebalance**: a revoked partition's watermark is dropped after its final prefix is committed;
+//!   units still in flight for it are never committed by this consumer, and the new owner receives
+//!   them again from the committed offset — the idempotent handler makes that harmless (rule 3).
+//!
+//! # The unit id
+//!
+//! The [`UnitId`](crate::UnitId) is the [`HEADER_MESSAGE_ID`] header (`message-id`, what the
+//! outbox's Kafka sink writes) when present and non-empty UTF-8, otherwise the unit's place in its
+//! log, `<topic>:<partition>:<offset>`. A unit republished to the retry topic carries its id in
+//! `message-id`, so every delivery has the same id.
+//!
+//! ```no_run
+//! use delivery::{consumer, Consumer, HandlerError, Json};
+//! use delivery::kafka::{KafkaSource, KafkaTopology};
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Order { order_id: String }
+//!
+//! #[consumer]
+//! async fn handle(Json(order): Json<Order>) -> Result<(), HandlerError> {
+//!     let _ = order.order_id;
+//!     Ok(())
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let brokers = "127.0.0.1:9092";
+//! let topology = KafkaTopology::new("orders", "billing").max_deliveries(5);
+//! topology.declare(brokers).await?;
+//! let source = KafkaSource::connect(brokers, topology)?;
+//! Consumer::new(source).concurrency(16).run(handle).await;
+//! # Ok(()) }
+//! ```
+
+mod dead_letter;
+mod source;
+mod topology;
+
+pub use dead_letter::{KafkaDeadLetter, KafkaDeadLetters};
+pub use source::{KafkaHandle, KafkaSource};
+pub use topology::KafkaTopology;
+
+/// The Kafka client (crate `rdkafka`), re-exported so its version always matches the one this
+/// transport is built with.
+pub use ::rdkafka as client;
+
+use rdkafka::ClientConfig;
+
+/// The unit's id, written by producers (and by the outbox's Kafka sink).
+pub const HEADER_MESSAGE_ID: &str = "message-id";
+/// The delivery count the unit carries: absent on the first delivery, incremented by each return.
+pub const HEADER_DELIVERY_COUNT: &str = "x-delivery-count";
+/// When a returned unit is due again, in milliseconds since the Unix epoch.
+pub const HEADER_DUE_MS: &str = "x-delivery-due-ms";
+/// Where a returned unit was first read: its topic.
+pub const HEADER_ORIGIN_TOPIC: &str = "x-delivery-origin-topic";
+/// Where a returned unit was first read: its partition.
+pub const HEADER_ORIGIN_PARTITION: &str = "x-delivery-origin-partition";
+/// Where a returned unit was first read: its offset.
+pub const HEADER_ORIGIN_OFFSET: &str = "x-delivery-origin-offset";
+/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
+pub const HEADER_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
+/// The detail of the reason: the decode error, the handler's error.
+pub const HEADER_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
+/// The topic the unit was first read from.
+pub const HEADER_DEAD_LETTER_SOURCE_TOPIC: &str = "x-dead-letter-source-topic";
+/// The partition the unit was first read from.
+pub const HEADER_DEAD_LETTER_SOURCE_PARTITION: &str = "x-dead-letter-source-partition";
+/// The offset the unit was first read at.
+pub const HEADER_DEAD_LETTER_SOURCE_OFFSET: &str = "x-dead-letter-source-offset";
+/// The delivery (from 1) on which the unit was dead-lettered.
+pub const HEADER_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
+
+/// The headers this transport writes for its own bookkeeping; they are not the unit's headers.
+fn is_bookkeeping_header(name: &str) -> bool {
+    name == HEADER_MESSAGE_ID || name.starts_with("x-delivery-")
+}
+
+/// A client configuration for `brokers` with what every client of this module shares.
+fn config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    config
+}

@@ -1,0 +1,693 @@
+//! A consumer of one topic (and its retry topic) through a consumer group, the handle that settles
+//! each unit, and the commit book: the watermarks, and the one place offsets are committed.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tokio::time::Instant;
+
+use super::topology::KafkaTopology;
+use super::{
+    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
+    HEADER_DEAD_LETTER_SOURCE_OFFSET, HEADER_DEAD_LETTER_SOURCE_PARTITION,
+    HEADER_DEAD_LETTER_SOURCE_TOPIC, HEADER_DELIVERY_COUNT, HEADER_DUE_MS, HEADER_MESSAGE_ID,
+    HEADER_ORIGIN_OFFSET, HEADER_ORIGIN_PARTITION, HEADER_ORIGIN_TOPIC, is_bookkeeping_header,
+};
+use crate::disposition::Disposition;
+use crate::offset::{OffsetError, Watermarks};
+use crate::transport::{Settle, Source, TransportError};
+use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
+
+/// Which of the consumer's two logs a partition belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Log {
+    Source,
+    Retry,
+}
+
+/// A partition of one of the two logs: the watermarks' key.
+type Partition = (Log, i32);
+
+/// A consumer of one Kafka topic and its retry topic through a consumer group (see the
+/// [module docs](super)).
+///
+/// Units of the retry topic that are not due yet are held here, not handed to a handler, until
+/// their backoff has passed; they hold their partition's watermark meanwhile. If the source is
+/// dropped, or the partition revoked, they are read again from the committed offset.
+pub struct KafkaSource {
+    shared: Arc<Shared>,
+    /// Returned units waiting out their backoff, earliest first.
+    waiting: BinaryHeap<Reverse<Waiting>>,
+    /// Assigns each waiting unit a place, so equal due times keep their arrival order.
+    arrivals: u64,
+}
+
+struct Waiting {
+    due: Instant,
+    arrival: u64,
+    unit: Unit,
+    handle: KafkaHandle,
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.arrival) == (other.due, other.arrival)
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.arrival).cmp(&(other.due, other.arrival))
+    }
+}
+
+/// What the source, its handles and its commit task share.
+struct Shared {
+    consumer: StreamConsumer<Context>,
+    producer: FutureProducer,
+    book: Arc<Book>,
+    retry_topic: Arc<str>,
+    dead_letter_topic: Arc<str>,
+    bound: NonZeroU32,
+}
+
+/// The commit book: the watermark of every assigned partition, and which assignment each belongs
+/// to. Offsets are committed only here (`commit_owed`), never past a unit that is not final.
+struct Book {
+    state: Mutex<BookState>,
+    /// One commit at a time, so a revocation's commit and the periodic one do not cross.
+    committing: Mutex<()>,
+    topic: Arc<str>,
+    retry_topic: Arc<str>,
+}
+
+#[derive(Default)]
+struct BookState {
+    watermarks: Watermarks<Partition>,
+    /// The current assignment of each partition with a watermark. A handle of an earlier
+    /// assignment (revoked since) finishes nothing: its unit is the new owner's.
+    generations: HashMap<Partition, u64>,
+    next_generation: u64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these locks is a single step; a panic elsewhere leaves them consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Book {
+    fn log(&self, topic: &str) -> Option<Log> {
+        if topic == &*self.topic {
+            Some(Log::Source)
+        } else if topic == &*self.retry_topic {
+            Some(Log::Retry)
+        } else {
+            None
+        }
+    }
+
+    fn topic(&self, log: Log) -> &str {
+        match log {
+            Log::Source => &self.topic,
+            Log::Retry => &self.retry_topic,
+        }
+    }
+
+    /// A unit at `offset` of `partition` was received: its generation, or `None` if the
+    /// partition already had this offset (a re-fetch): then the earlier delivery holds the
+    /// watermark and this one finishes nothing.
+    fn track(&self, partition: Partition, offset: u64) -> Option<u64> {
+        let mut state = lock(&self.state);
+        match state.watermarks.track(partition, offset) {
+            Ok(()) => {}
+            Err(error) => {
+                tracing::warn!(?partition, offset, %error, "a unit read again without a revocation; handled, not tracked");
+                return None;
+            }
+        }
+        let next = state.next_generation;
+        let generation = *state.generations.entry(partition).or_insert(next);
+        if generation == next {
+            state.next_generation += 1;
+        }
+        Some(generation)
+    }
+
+    fn is_current(&self, partition: Partition, generation: u64) -> bool {
+        lock(&self.state).generations.get(&partition) == Some(&generation)
+    }
+
+    /// The disposition of the unit at `offset` is final.
+    fn finish(&self, partition: Partition, offset: u64, generation: u64) {
+        let mut state = lock(&self.state);
+        if state.generations.get(&partition) != Some(&generation) {
+            tracing::debug!(
+                ?partition,
+                offset,
+                "settled after its partition was revoked; the new owner reads it again"
+            );
+            return;
+        }
+        if let Err(error) = state.watermarks.finish(&partition, offset) {
+            // Only a bug could get here (each handle finishes once); never commit on a guess.
+            debug_assert!(
+                matches!(error, OffsetError::NotAssigned { .. }),
+                "watermark refused a finish: {error}"
+            );
+            tracing::error!(?partition, offset, %error, "the watermark refused a finished unit");
+        }
+    }
+
+    /// Commits, synchronously, every partition whose watermark advanced since its last commit.
+    fn commit_owed<C: Consumer<Context>>(&self, consumer: &C) -> Result<(), TransportError> {
+        let _one = lock(&self.committing);
+        let owed = lock(&self.state).watermarks.uncommitted();
+        self.commit(consumer, &owed)?;
+        let mut state = lock(&self.state);
+        for (partition, offset) in owed {
+            state.watermarks.committed(&partition, offset);
+        }
+        Ok(())
+    }
+
+    fn commit<C: Consumer<Context>>(
+        &self,
+        consumer: &C,
+        owed: &[(Partition, u64)],
+    ) -> Result<(), TransportError> {
+        if owed.is_empty() {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::with_capacity(owed.len());
+        for &((log, partition), offset) in owed {
+            let offset = Offset::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
+            list.add_partition_offset(self.topic(log), partition, offset)
+                .map_err(|e| TransportError::new("listing offsets to commit", e))?;
+        }
+        consumer
+            .commit(&list, CommitMode::Sync)
+            .map_err(|e| TransportError::new("committing offsets", e))
+    }
+
+    /// A rebalance takes `list` away: commit what is final for each partition, then forget it.
+    fn revoke<C: Consumer<Context>>(&self, consumer: &C, list: &TopicPartitionList) {
+        let _one = lock(&self.committing);
+        let owed: Vec<(Partition, u64)> = {
+            let mut state = lock(&self.state);
+            list.elements()
+                .iter()
+                .filter_map(|element| {
+                    let partition = (self.log(element.topic())?, element.partition());
+                    state.generations.remove(&partition);
+                    let offset = state.watermarks.revoke(&partition)?;
+                    Some((partition, offset))
+                })
+                .collect()
+        };
+        match self.commit(consumer, &owed) {
+            Ok(()) => tracing::info!(
+                revoked = list.count(),
+                committed = owed.len(),
+                "partitions revoked"
+            ),
+            // The new owner starts from the last commit: units are read again, never skipped.
+            Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
+        }
+    }
+}
+
+/// The consumer's context: commits on revocation.
+struct Context {
+    book: Arc<Book>,
+}
+
+impl ClientContext for Context {}
+
+impl ConsumerContext for Context {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(list) => self.book.revoke(consumer, list),
+            Rebalance::Assign(list) => {
+                tracing::info!(assigned = list.count(), "partitions assigned")
+            }
+            Rebalance::Error(error) => tracing::warn!(%error, "rebalance failed"),
+        }
+    }
+}
+
+impl KafkaSource {
+    /// A consumer of `topology`'s topic and retry topic at `brokers` (a bootstrap list such as
+    /// `127.0.0.1:9092`), in its group. The topics must exist
+    /// ([`KafkaTopology::declare`]). A group without a committed offset starts at the earliest
+    /// unit.
+    pub fn connect(brokers: &str, topology: KafkaTopology) -> Result<Self, TransportError> {
+        Self::connect_with(brokers, topology, |_| {})
+    }
+
+    /// Like [`connect`](Self::connect), with `configure` given the consumer's configuration to
+    /// add or change properties (security, timeouts). The properties this transport relies on —
+    /// `group.id`, `enable.auto.commit=false`, `enable.auto.offset.store=false` — are set after
+    /// it and cannot be changed.
+    pub fn connect_with(
+        brokers: &str,
+        topology: KafkaTopology,
+        configure: impl FnOnce(&mut rdkafka::ClientConfig),
+    ) -> Result<Self, TransportError> {
+        let topic: Arc<str> = topology.topic.as_str().into();
+        let retry_topic: Arc<str> = topology.retry_topic_name().into();
+        let book = Arc::new(Book {
+            state: Mutex::new(BookState::default()),
+            committing: Mutex::new(()),
+            topic: topic.clone(),
+            retry_topic: retry_topic.clone(),
+        });
+        let mut config = super::config(brokers);
+        config
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000");
+        configure(&mut config);
+        config
+            .set("group.id", &topology.group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false");
+        let consumer: StreamConsumer<Context> = config
+            .create_with_context(Context { book: book.clone() })
+            .map_err(|e| TransportError::new("creating the Kafka consumer", e))?;
+        consumer
+            .subscribe(&[&topic, &retry_topic])
+            .map_err(|e| TransportError::new("subscribing to the Kafka topics", e))?;
+        let producer: FutureProducer = super::config(brokers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "1")
+            .set("message.timeout.ms", "30000")
+            .create()
+            .map_err(|e| TransportError::new("creating the Kafka producer", e))?;
+        let shared = Arc::new(Shared {
+            consumer,
+            producer,
+            book,
+            retry_topic,
+            dead_letter_topic: topology.dead_letter_topic_name().into(),
+            bound: topology.delivery_bound(),
+        });
+        tokio::spawn(commit_periodically(
+            Arc::downgrade(&shared),
+            topology.commit_interval_time(),
+        ));
+        Ok(KafkaSource {
+            shared,
+            waiting: BinaryHeap::new(),
+            arrivals: 0,
+        })
+    }
+
+    /// Commits now every partition whose watermark advanced. The source does this on its own
+    /// every commit interval, on revocation and when dropped.
+    pub async fn commit(&self) -> Result<(), TransportError> {
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || shared.book.commit_owed(&shared.consumer))
+            .await
+            .map_err(|e| TransportError::new("committing offsets", e))?
+    }
+
+    /// The unit and handle of one message, and when it is due if it came from the retry topic.
+    fn admit(&self, message: &BorrowedMessage<'_>) -> (Unit, KafkaHandle, Option<Instant>) {
+        let topic = message.topic();
+        let partition = message.partition();
+        let offset = u64::try_from(message.offset()).unwrap_or(0);
+        let log = self.shared.book.log(topic).unwrap_or(Log::Source);
+        let read = Read::of(message);
+        let id = read
+            .id
+            .clone()
+            .unwrap_or_else(|| UnitId::new(format!("{topic}:{partition}:{offset}")));
+        let count = DeliveryCount::new(read.count.unwrap_or(1));
+        let origin = read.origin.clone().unwrap_or_else(|| Origin {
+            topic: topic.into(),
+            partition,
+            offset: message.offset(),
+        });
+        let mut unit = Unit::new(id, read.payload)
+            .with_delivery_count(count)
+            .with_headers(read.headers);
+        if log == Log::Source {
+            unit = unit.with_stamp(Stamp(offset));
+        }
+        let at = self
+            .shared
+            .book
+            .track((log, partition), offset)
+            .map(|generation| Tracked {
+                partition: (log, partition),
+                offset,
+                generation,
+            });
+        let due = match (log, read.due_ms) {
+            (Log::Retry, Some(due_ms)) => {
+                let now_ms = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                Some(Instant::now() + Duration::from_millis(due_ms.saturating_sub(now_ms)))
+            }
+            _ => None,
+        };
+        let handle = KafkaHandle {
+            shared: self.shared.clone(),
+            at,
+            key: message.key().map(Bytes::copy_from_slice),
+            origin,
+        };
+        (unit, handle, due)
+    }
+}
+
+/// Commits the watermarks' advance every `interval` until the source is gone.
+async fn commit_periodically(shared: Weak<Shared>, interval: Duration) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let committed =
+            tokio::task::spawn_blocking(move || strong.book.commit_owed(&strong.consumer)).await;
+        match committed {
+            Ok(Ok(())) => {}
+            // Left uncommitted: the next interval carries it again.
+            Ok(Err(error)) => tracing::warn!(%error, "committing offsets failed"),
+            Err(error) => tracing::warn!(%error, "the commit task failed"),
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    type Handle = KafkaHandle;
+
+    async fn receive(&mut self) -> Result<Option<(Unit, KafkaHandle)>, TransportError> {
+        loop {
+            if let Some(Reverse(first)) = self.waiting.peek()
+                && first.due <= Instant::now()
+            {
+                let Some(Reverse(Waiting { unit, handle, .. })) = self.waiting.pop() else {
+                    continue;
+                };
+                if handle.is_current() {
+                    return Ok(Some((unit, handle)));
+                }
+                continue; // revoked while it waited: the new owner reads it again
+            }
+            let message = match self.waiting.peek() {
+                Some(Reverse(first)) => {
+                    let due = first.due;
+                    tokio::select! {
+                        message = self.shared.consumer.recv() => message,
+                        () = tokio::time::sleep_until(due) => continue,
+                    }
+                }
+                None => self.shared.consumer.recv().await,
+            };
+            let message = message.map_err(|e| TransportError::new("receiving from Kafka", e))?;
+            let (unit, handle, due) = self.admit(&message);
+            drop(message);
+            match due {
+                Some(due) if due > Instant::now() => {
+                    self.arrivals += 1;
+                    let arrival = self.arrivals;
+                    self.waiting.push(Reverse(Waiting {
+                        due,
+                        arrival,
+                        unit,
+                        handle,
+                    }));
+                }
+                _ => return Ok(Some((unit, handle))),
+            }
+        }
+    }
+
+    fn max_deliveries(&self) -> Option<NonZeroU32> {
+        Some(self.shared.bound)
+    }
+
+    fn name(&self) -> &str {
+        &self.shared.book.topic
+    }
+}
+
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        // The runtime drops the source once its handlers are settled: commit what they finished.
+        // Units still waiting are not final; they are read again from the committed offset.
+        if let Err(error) = self.shared.book.commit_owed(&self.shared.consumer) {
+            tracing::warn!(%error, "committing offsets at shutdown failed; those units are read again");
+        }
+    }
+}
+
+/// Where a unit was first read: recorded with it in the dead letter.
+#[derive(Clone, Debug)]
+struct Origin {
+    topic: String,
+    partition: i32,
+    offset: i64,
+}
+
+/// The parts of a message this transport reads.
+struct Read {
+    payload: Bytes,
+    headers: Headers,
+    id: Option<UnitId>,
+    count: Option<u32>,
+    due_ms: Option<u64>,
+    origin: Option<Origin>,
+}
+
+impl Read {
+    fn of(message: &BorrowedMessage<'_>) -> Read {
+        let mut read = Read {
+            payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+            headers: Headers::default(),
+            id: None,
+            count: None,
+            due_ms: None,
+            origin: None,
+        };
+        let Some(headers) = message.headers() else {
+            return read;
+        };
+        let (mut topic, mut partition, mut offset) = (None, None, None);
+        let mut own = Vec::new();
+        for header in headers.iter() {
+            let value = header.value.unwrap_or_default();
+            let text = std::str::from_utf8(value).ok();
+            match header.key {
+                HEADER_MESSAGE_ID => {
+                    read.id = text.filter(|id| !id.is_empty()).map(UnitId::from);
+                }
+                HEADER_DELIVERY_COUNT => {
+                    read.count = text.and_then(|t| t.parse().ok()).filter(|&n| n > 0);
+                }
+                HEADER_DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
+                HEADER_ORIGIN_TOPIC => topic = text.map(str::to_owned),
+                HEADER_ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
+                HEADER_ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
+                name if is_bookkeeping_header(name) => {}
+                name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
+            }
+        }
+        if let (Some(topic), Some(partition), Some(offset)) = (topic, partition, offset) {
+            read.origin = Some(Origin {
+                topic,
+                partition,
+                offset,
+            });
+        }
+        if !own.is_empty() {
+            read.headers = Headers::from_pairs(own);
+        }
+        read
+    }
+}
+
+/// Where a handle's unit sits in the watermarks.
+#[derive(Clone, Copy, Debug)]
+struct Tracked {
+    partition: Partition,
+    offset: u64,
+    generation: u64,
+}
+
+/// The handle of one unit delivered by a [`KafkaSource`]. Only the runtime holds it.
+///
+/// Dropped unsettled, it finishes nothing: its offset holds the watermark, and the unit is read
+/// again from the committed offset after a restart or a rebalance.
+pub struct KafkaHandle {
+    shared: Arc<Shared>,
+    /// `None` for a unit read again without a revocation: the first delivery holds its offset.
+    at: Option<Tracked>,
+    key: Option<Bytes>,
+    origin: Origin,
+}
+
+impl std::fmt::Debug for KafkaHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaHandle")
+            .field("at", &self.at)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+impl crate::marker::AckHandle for KafkaHandle {}
+
+impl KafkaHandle {
+    fn is_current(&self) -> bool {
+        self.at
+            .is_none_or(|at| self.shared.book.is_current(at.partition, at.generation))
+    }
+
+    fn finish(&self) {
+        if let Some(at) = self.at {
+            self.shared
+                .book
+                .finish(at.partition, at.offset, at.generation);
+        }
+    }
+
+    /// The unit's own headers and id, and where it was first read.
+    fn carried(&self, unit: &Unit) -> OwnedHeaders {
+        let mut headers = OwnedHeaders::new_with_capacity(unit.headers().len() + 8);
+        for (name, value) in unit.headers().iter() {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_ref()),
+            });
+        }
+        headers
+            .insert(text(HEADER_MESSAGE_ID, unit.id().as_str()))
+            .insert(text(HEADER_ORIGIN_TOPIC, &self.origin.topic))
+            .insert(text(
+                HEADER_ORIGIN_PARTITION,
+                &self.origin.partition.to_string(),
+            ))
+            .insert(text(HEADER_ORIGIN_OFFSET, &self.origin.offset.to_string()))
+    }
+
+    /// Publishes `payload` to `topic` under the unit's key and waits for the broker's
+    /// acknowledgement (`acks=all`), trying again with a growing pause while the partition is
+    /// still this consumer's. Gives up once it is revoked: the new owner reads the unit again.
+    async fn publish(
+        &self,
+        topic: &str,
+        payload: &[u8],
+        headers: OwnedHeaders,
+    ) -> Result<(), TransportError> {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let mut record = FutureRecord::<[u8], [u8]>::to(topic)
+                .payload(payload)
+                .headers(headers.clone());
+            if let Some(key) = &self.key {
+                record = record.key(key.as_ref());
+            }
+            match self
+                .shared
+                .producer
+                .send(record, Duration::from_secs(5))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err((error, _)) => {
+                    if !self.is_current() {
+                        return Err(TransportError::new(
+                            "publishing to Kafka (partition revoked meanwhile)",
+                            error,
+                        ));
+                    }
+                    tracing::warn!(topic, %error, retry_in_ms = pause.as_millis() as u64,
+                        "publishing failed; the unit's offset holds until it succeeds");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+fn text<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
+    Header {
+        key,
+        value: Some(value),
+    }
+}
+
+impl Settle for KafkaHandle {
+    async fn settle(self, unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
+        match disposition {
+            Disposition::Ack => {}
+            Disposition::Return { after } => {
+                let due_ms = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64)
+                    .saturating_add(after.as_millis() as u64);
+                let headers = self
+                    .carried(unit)
+                    .insert(text(
+                        HEADER_DELIVERY_COUNT,
+                        &unit.delivery_count().next().get().to_string(),
+                    ))
+                    .insert(text(HEADER_DUE_MS, &due_ms.to_string()));
+                let topic = self.shared.retry_topic.clone();
+                self.publish(&topic, unit.payload(), headers).await?;
+            }
+            Disposition::DeadLetter(reason) => {
+                let headers = self
+                    .carried(unit)
+                    .insert(text(
+                        HEADER_DELIVERY_COUNT,
+                        &unit.delivery_count().get().to_string(),
+                    ))
+                    .insert(text(HEADER_DEAD_LETTER_REASON, reason.kind().as_str()))
+                    .insert(text(HEADER_DEAD_LETTER_DETAIL, reason.detail()))
+                    .insert(text(HEADER_DEAD_LETTER_SOURCE_TOPIC, &self.origin.topic))
+                    .insert(text(
+                        HEADER_DEAD_LETTER_SOURCE_PARTITION,
+                        &self.origin.partition.to_string(),
+                    ))
+                    .insert(text(
+                        HEADER_DEAD_LETTER_SOURCE_OFFSET,
+                        &self.origin.offset.to_string(),
+                    ))
+                    .insert(text(
+                        HEADER_DEAD_LETTER_DELIVERY_COUNT,
+                        &unit.delivery_count().get().to_string(),
+                    ));
+                let topic = self.shared.dead_letter_topic.clone();
+                self.publish(&topic, unit.payload(), headers).await?;
+            }
+        }
+        self.finish();
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! The topics a Kafka consumer relies on — the source topic, its retry topic and its dead-letter
+//! topic — and its group, declared with the deployment from a settings struct that can live in the
+//! application's configuration.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::types::RDKafkaErrorCode;
+use serde::{Deserialize, Serialize};
+
+use crate::transport::TransportError;
+
+/// The settings of one consumed topic: its group, its retry and dead-letter topics, the bound on
+/// deliveries and how often the commit watermark is committed.
+///
+/// Kafka keeps no delivery count, so the count travels with the unit (rule 2): a failed unit is
+/// republished to the retry topic with its count incremented, and the bound is checked against
+/// that count.
+///
+/// ```
+/// use delivery_core::kafka::KafkaTopology;
+///
+/// let topology: KafkaTopology = serde_json::from_str(
+///     r#"{"topic": "orders", "group": "billing", "max_deliveries": 4}"#,
+/// ).unwrap();
+/// assert_eq!(topology.retry_topic_name(), "orders.retry");
+/// assert_eq!(topology.dead_letter_topic_name(), "orders.dlq");
+/// assert_eq!(topology.delivery_bound().get(), 4);
+/// assert_eq!(topology.partitions, 3);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaTopology {
+    /// The topic consumed.
+    pub topic: String,
+    /// The consumer group reading it (and its retry topic).
+    pub group: String,
+    /// The retry topic: failed units wait out their backoff there. Default `<topic>.retry`.
+    #[serde(default)]
+    pub retry_topic: Option<String>,
+    /// The dead-letter topic. Default `<topic>.dlq`.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
+    /// Partitions of each topic [`declare`](Self::declare) creates. Default 3.
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    /// Replicas of each topic [`declare`](Self::declare) creates. Default 1.
+    #[serde(default = "default_replication")]
+    pub replication: i32,
+    /// The most deliveries a unit gets, counted in the unit's own
+    /// [`HEADER_DELIVERY_COUNT`](super::HEADER_DELIVERY_COUNT). Default 5.
+    #[serde(default = "default_max_deliveries")]
+    pub max_deliveries: u32,
+    /// How often the watermark's advance is committed, in milliseconds: one commit per interval
+    /// for every partition that advanced, never one per unit. Also committed on revocation and on
+    /// shutdown. Default 500.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+}
+
+fn default_partitions() -> i32 {
+    3
+}
+
+fn default_replication() -> i32 {
+    1
+}
+
+fn default_max_deliveries() -> u32 {
+    5
+}
+
+fn default_commit_interval_ms() -> u64 {
+    500
+}
+
+impl KafkaTopology {
+    /// The topology of `topic` read by `group`, with the defaults: retry topic `<topic>.retry`,
+    /// dead letter `<topic>.dlq`, 3 partitions, 1 replica, 5 deliveries, a commit every 500 ms.
+    pub fn new(topic: impl Into<String>, group: impl Into<String>) -> Self {
+        KafkaTopology {
+            topic: topic.into(),
+            group: group.into(),
+            retry_topic: None,
+            dead_letter_topic: None,
+            partitions: default_partitions(),
+            replication: default_replication(),
+            max_deliveries: default_max_deliveries(),
+            commit_interval_ms: default_commit_interval_ms(),
+        }
+    }
+
+    /// Sets the retry topic's name.
+    pub fn retry_topic(mut self, name: impl Into<String>) -> Self {
+        self.retry_topic = Some(name.into());
+        self
+    }
+
+    /// Sets the dead-letter topic's name.
+    pub fn dead_letter_topic(mut self, name: impl Into<String>) -> Self {
+        self.dead_letter_topic = Some(name.into());
+        self
+    }
+
+    /// Sets the partitions of the topics [`declare`](Self::declare) creates (at least 1).
+    pub fn partitions(mut self, n: i32) -> Self {
+        self.partitions = n.max(1);
+        self
+    }
+
+    /// Sets the most deliveries a unit gets (`0` is read as 1).
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n.max(1);
+        self
+    }
+
+    /// Sets how often the watermark is committed (at least 1 ms).
+    pub fn commit_interval(mut self, interval: Duration) -> Self {
+        self.commit_interval_ms = u64::try_from(interval.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self
+    }
+
+    /// The retry topic's name.
+    pub fn retry_topic_name(&self) -> String {
+        self.retry_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.retry", self.topic))
+    }
+
+    /// The dead-letter topic's name.
+    pub fn dead_letter_topic_name(&self) -> String {
+        self.dead_letter_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.dlq", self.topic))
+    }
+
+    /// The declared bound.
+    pub fn delivery_bound(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.max_deliveries).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// How often the watermark is committed.
+    pub fn commit_interval_time(&self) -> Duration {
+        Duration::from_millis(self.commit_interval_ms.max(1))
+    }
+
+    /// Creates the source, retry and dead-letter topics at `brokers` (a bootstrap list such as
+    /// `127.0.0.1:9092`), each with [`partitions`](Self::partitions) partitions. Topics that
+    /// already exist are left as they are. Brokers that do not create topics on first use (tansu,
+    /// most managed Kafka) need this before anything is published.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), delivery_core::TransportError> {
+    /// use delivery_core::kafka::KafkaTopology;
+    ///
+    /// KafkaTopology::new("orders", "billing").declare("127.0.0.1:9092").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn declare(&self, brokers: &str) -> Result<(), TransportError> {
+        let admin: AdminClient<DefaultClientContext> = super::config(brokers)
+            .create()
+            .map_err(|e| TransportError::new("connecting the Kafka admin client", e))?;
+        let names = [
+            self.topic.clone(),
+            self.retry_topic_name(),
+            self.dead_letter_topic_name(),
+        ];
+        let topics: Vec<NewTopic<'_>> = names
+            .iter()
+            .map(|name| {
+                NewTopic::new(
+                    name,
+                    self.partitions.max(1),
+                    TopicReplication::Fixed(self.replication.max(1)),
+                )
+            })
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics(&topics, &options)
+            .await
+            .map_err(|e| TransportError::new("creating the Kafka topics", e))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => {
+                    return Err(TransportError::msg(
+                        "creating the Kafka topics",
+                        format!("topic `{topic}`: {code}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! A Kafka consumer that survives crashes, outages and poison, writing into PostgreSQL: offsets
+//! are committed only through the commit watermark, failed units go through the retry topic with
+//! their count, poison to the dead-letter topic.
+//!
+//!     cargo run --features kafka --example kafka_consumer
+//!
+//! Env: `KAFKA_BROKERS` (default `127.0.0.1:9092`), `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), `TOPIC` (default `orders`), `GROUP` (default
+//! `orders-consumer`), `PARTITIONS` (default 3, for topics it creates), `MAX_DELIVERIES`
+//! (default 5), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause between the effect's commit
+//! and the handler's return, so a crash test can kill the consumer while effects are committed
+//! and their offsets are not; default 0).
+//!
+//! On start it creates the topics `$TOPIC`, `$TOPIC.retry` and `$TOPIC.dlq` if missing, and the
+//! `orders` and `balances` tables. Each unit is
+//! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
+//! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
+//! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go
+//! to the dead letter directly; a database outage is retried with backoff through the retry
+//! topic. Runs until SIGINT or SIGTERM, then shuts down gracefully and commits what is final.
+
+use std::time::Duration;
+
+use delivery::kafka::{KafkaSource, KafkaTopology};
+use delivery::{Consumer, HandlerError, Json, State, consumer};
+use serde::Deserialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+#[derive(Deserialize)]
+struct OrderPlaced {
+    order_id: String,
+    customer_id: String,
+    amount_cents: i64,
+}
+
+#[derive(Clone)]
+struct App {
+    db: PgPool,
+    effect_delay: Duration,
+}
+
+/// Applies one order. Everything written comes from the unit, keyed by the order's own id.
+#[consumer]
+async fn apply_order(
+    State(app): State<App>,
+    Json(order): Json<OrderPlaced>,
+) -> Result<(), HandlerError> {
+    if order.amount_cents < 0 {
+        return Err(HandlerError::reject(format!(
+            "order {} has a negative amount ({} cents)",
+            order.order_id, order.amount_cents
+        )));
+    }
+    let mut tx = app.db.begin().await?;
+    let inserted = sqlx::query(
+        "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
+         ON CONFLICT (order_id) DO NOTHING",
+    )
+    .bind(&order.order_id)
+    .bind(&order.customer_id)
+    .bind(order.amount_cents)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted == 1 {
+        sqlx::query(
+            "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
+             ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
+        )
+        .bind(&order.customer_id)
+        .bind(order.amount_cents)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    if !app.effect_delay.is_zero() {
+        tokio::time::sleep(app.effect_delay).await;
+    }
+    Ok(())
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// SIGTERM or SIGINT. The handlers are installed here, at startup, not when the future is first
+/// polled: a signal arriving before that would otherwise kill the process mid-effect.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received; shutting down");
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // First of all, so a signal during start-up stops the consumer as soon as it starts.
+    let shutdown = shutdown_signal();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let brokers = env_or("KAFKA_BROKERS", "127.0.0.1:9092");
+    let database_url = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
+    let topic = env_or("TOPIC", "orders");
+    let group = env_or("GROUP", "orders-consumer");
+    let concurrency: usize = env_num("CONCURRENCY", 16);
+    let effect_delay = Duration::from_millis(env_num("EFFECT_DELAY_MS", 0));
+    let topology = KafkaTopology::new(&topic, group)
+        .partitions(env_num("PARTITIONS", 3))
+        .max_deliveries(env_num("MAX_DELIVERIES", 5));
+
+    topology.declare(&brokers).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(u32::try_from(concurrency).unwrap_or(u32::MAX).max(1))
+        // Fail fast while the database is unreachable: the unit goes to the retry topic and comes
+        // back after the runtime's backoff, instead of a handler holding its slot for long.
+        .acquire_timeout(Duration::from_secs(2))
+        .connect(&database_url)
+        .await?;
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
+         CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);",
+    )
+    .execute(&db)
+    .await?;
+
+    let source = KafkaSource::connect(&brokers, topology)?;
+    tracing::info!(topic, concurrency, "consuming");
+    let report = Consumer::new(source)
+        .state(App { db, effect_delay })
+        .concurrency(concurrency)
+        .drain_deadline(Duration::from_secs(10))
+        .shutdown_on(shutdown)
+        .run(apply_order)
+        .await;
+    tracing::info!(?report, "stopped");
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! The transport conformance suite against a real Kafka-protocol broker (tansu on
+//! 127.0.0.1:9092, or `KAFKA_BROKERS`). Fails, never skips, when the broker is unreachable.
+#![cfg(feature = "kafka")]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use delivery::Unit;
+use delivery::kafka::client::ClientConfig;
+use delivery::kafka::client::message::{Header, OwnedHeaders};
+use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
+use delivery::kafka::{HEADER_MESSAGE_ID, KafkaDeadLetters, KafkaSource, KafkaTopology};
+use delivery::testing::conformance::{self, DeadLettered, Fixture};
+
+fn brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+struct Kafka {
+    brokers: String,
+    suffix: String,
+    producer: FutureProducer,
+}
+
+impl Kafka {
+    fn new() -> Self {
+        static RUN: AtomicU64 = AtomicU64::new(0);
+        let brokers = brokers();
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("acks", "all")
+            .set("message.timeout.ms", "20000")
+            .create()
+            .expect("a Kafka producer");
+        Kafka {
+            suffix: format!(
+                "{}-{}-{}",
+                std::process::id(),
+                RUN.fetch_add(1, Ordering::Relaxed),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis()
+            ),
+            brokers,
+            producer,
+        }
+    }
+
+    fn topology(&self, name: &str) -> KafkaTopology {
+        let topic = format!("{name}-{}", self.suffix);
+        KafkaTopology::new(&topic, format!("{topic}-group"))
+            .partitions(2)
+            .commit_interval(Duration::from_millis(100))
+    }
+}
+
+impl Fixture for Kafka {
+    type Source = KafkaSource;
+
+    async fn declare(&self, name: &str, max_deliveries: u32) {
+        let topology = self.topology(name).max_deliveries(max_deliveries);
+        topology.declare(&self.brokers).await.unwrap_or_else(|e| {
+            panic!(
+                "Kafka unreachable at {}: {e} (scripts/services.sh starts tansu)",
+                self.brokers
+            )
+        });
+    }
+
+    async fn publish(&self, name: &str, unit: Unit) {
+        let topology = self.topology(name);
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in unit.headers().iter() {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_ref()),
+            });
+        }
+        headers = headers.insert(Header {
+            key: HEADER_MESSAGE_ID,
+            value: Some(unit.id().as_str()),
+        });
+        let record = FutureRecord::to(&topology.topic)
+            .key(unit.id().as_str())
+            .payload(unit.payload().as_ref())
+            .headers(headers);
+        self.producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("published with acks=all");
+    }
+
+    async fn consume(&self, name: &str) -> KafkaSource {
+        // The bound is the runtime's setting here; the source reports the topology's.
+        let topology = self.topology(name);
+        KafkaSource::connect(&self.brokers, topology).unwrap()
+    }
+
+    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
+        KafkaDeadLetters::new(&self.brokers, &self.topology(name))
+            .list()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| DeadLettered {
+                id: d.id.to_string(),
+                delivery_count: d.delivery_count.unwrap_or(0),
+                reason: d.reason.expect("a reason recorded with every dead letter"),
+                payload: d.payload,
+                headers: d.headers,
+            })
+            .collect()
+    }
+
+    fn counts_crashed_deliveries(&self) -> bool {
+        false
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_passes_the_conformance_suite() {
+    let kafka = Kafka::new();
+    conformance::run_all(&kafka).await;
+}
