@@ -51,7 +51,18 @@ start_nats() {
     -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
 }
 
+start_tansu() {
+  # Kafka-compatible broker, memory storage: it keeps nothing across restarts.
+  export PATH="$HOME/.cargo/bin:$PATH"
+  command -v tansu > /dev/null || { echo "services: tansu is not installed (scripts/prerequisites.sh)" >&2; return 1; }
+  mkdir -p /var/log
+  setsid nohup tansu broker --listener-url tcp://127.0.0.1:9092 --advertised-listener-url tcp://127.0.0.1:9092 \
+    --storage-engine memory://tansu/ > /var/log/tansu.log 2>&1 < /dev/null &
+  disown
+}
+
 ensure PostgreSQL 5432 60 start_postgres
 ensure Redis 6379 30 start_redis
 ensure RabbitMQ 5672 180 start_rabbitmq
 ensure NATS 4222 30 start_nats
+ensure "Kafka (tansu)" 9092 60 start_tansu

@@ -84,6 +84,8 @@ fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
         "ContextV7" | "Context" if in_path("uuid") => Some(Forbidden::Minter),
         "Acker" | "MemoryHandle" | "Settle" => Some(Forbidden::AckHandle),
         "Delivery" if in_path("lapin") => Some(Forbidden::AckHandle),
+        // rdkafka's consumers commit offsets: an offset confirms every unit before it.
+        "StreamConsumer" | "BaseConsumer" => Some(Forbidden::AckHandle),
         _ => None,
     }
 }

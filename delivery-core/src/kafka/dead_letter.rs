@@ -168,33 +168,43 @@ fn read_all(brokers: &str, topic: &str) -> Result<Vec<KafkaDeadLetter>, Transpor
     consumer
         .assign(&list)
         .map_err(|e| TransportError::new("assigning the dead-letter partitions", e))?;
+    // Read to each partition's end as the broker reports it, then on until nothing more arrives
+    // for a moment: a unit dead-lettered while reading is included, and a broker that
+    // under-reports its high watermark after pipelined writes (tansu 0.6 does) loses no unit.
+    const QUIET: Duration = Duration::from_millis(500);
     let mut found = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let mut remaining: usize = ends.len();
-    let mut done = vec![false; ends.len()];
-    while remaining > 0 {
-        if std::time::Instant::now() > deadline {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut reached = vec![false; ends.len()];
+    let mut last_message = std::time::Instant::now();
+    loop {
+        let now = std::time::Instant::now();
+        if reached.iter().all(|&r| r) && now.duration_since(last_message) >= QUIET {
+            break;
+        }
+        if now > deadline {
             return Err(TransportError::msg(
                 "reading the dead-letter topic",
-                "the end of the topic was not reached within 30 s",
+                "the end of the topic was not reached within 60 s",
             ));
         }
-        let Some(message) = consumer.poll(Duration::from_millis(500)) else {
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
             continue;
         };
-        let message =
-            message.map_err(|e| TransportError::new("reading the dead-letter topic", e))?;
-        let Some(at) = ends.iter().position(|&(p, _)| p == message.partition()) else {
-            continue;
+        let message = match message {
+            Ok(message) => message,
+            // A connection the client re-establishes on its own: keep reading until the deadline.
+            Err(error) => {
+                tracing::debug!(%error, "reading the dead-letter topic");
+                continue;
+            }
         };
-        let high = ends[at].1;
-        if message.offset() < high {
-            found.push(dead_letter(&message));
+        last_message = std::time::Instant::now();
+        if let Some(at) = ends.iter().position(|&(p, _)| p == message.partition())
+            && message.offset() + 1 >= ends[at].1
+        {
+            reached[at] = true;
         }
-        if message.offset() + 1 >= high && !done[at] {
-            done[at] = true;
-            remaining -= 1;
-        }
+        found.push(dead_letter(&message));
     }
     found.sort_by_key(|d| (d.partition, d.offset));
     Ok(found)
