@@ -120,7 +120,7 @@ impl DeadLetters {
         for entry in taken {
             let dead = entry.dead.expect("only dead entries are taken");
             let unit = entry.unit.with_headers(dead.original_headers);
-            state.queue(&dead.source).push_ready(Entry::fresh(unit));
+            state.put(&dead.source, unit);
         }
         let dlq = state.dead_letter_queue(&self.source);
         metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => dlq.name().to_string())

@@ -11,6 +11,10 @@
 //! - the dead letter is readable by an operator: list, peek, and redrive to the source under the
 //!   same id ([`DeadLetters`]).
 //!
+//! Besides queues it keeps partitioned logs read by consumer groups, acknowledged by committing
+//! offsets, as Kafka does: see [the offset-log mode](log) ([`MemoryBroker::declare_log`],
+//! [`MemoryBroker::append`], [`MemoryBroker::consume_log`]).
+//!
 //! ```
 //! use delivery_core::memory::{MemoryBroker, QueueConfig};
 //! use delivery_core::Unit;
@@ -24,6 +28,7 @@
 //! ```
 
 mod dead_letter;
+pub mod log;
 mod queue;
 mod source;
 
@@ -33,6 +38,7 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use dead_letter::{DeadLetter, DeadLetters};
+pub use log::{LogConfig, LogDeclareError, LogPosition, MemoryLogHandle, MemoryLogSource};
 pub use source::{MemoryHandle, MemorySource};
 
 use crate::unit::Unit;
@@ -109,6 +115,8 @@ pub(crate) struct Shared {
 #[derive(Default)]
 pub(crate) struct State {
     queues: HashMap<Arc<str>, Queue>,
+    /// The offset-log mode's logs; each also has a queue under its name (see [`log`]).
+    logs: HashMap<Arc<str>, log::Log>,
     next_consumer: u64,
 }
 
@@ -130,6 +138,15 @@ impl State {
                 .insert(name.clone(), Queue::new(name, QueueConfig::default()));
         }
         self.queues.get_mut(name).expect("declared above")
+    }
+
+    /// Puts `unit` into `name` afresh: appended to the log of that name if there is one (a
+    /// redrive, a `publish`), otherwise queued.
+    pub(crate) fn put(&mut self, name: &str, unit: Unit) {
+        match self.logs.get_mut(name) {
+            Some(log) => log.put(unit),
+            None => self.queue(name).push_ready(queue::Entry::fresh(unit)),
+        }
     }
 
     /// The dead-letter queue of `source` (declared on first use).
@@ -179,10 +196,7 @@ impl MemoryBroker {
     /// Publishes `unit` to `queue`. Its delivery count starts afresh; publishing the same id twice
     /// delivers it twice, as any broker does.
     pub fn publish(&self, queue: &str, unit: Unit) {
-        self.inner
-            .lock()
-            .queue(queue)
-            .push_ready(queue::Entry::fresh(unit));
+        self.inner.lock().put(queue, unit);
     }
 
     /// A consumer of `queue`, taking up to `prefetch` units at a time (see [`MemorySource`]).
