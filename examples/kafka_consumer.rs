@@ -6,7 +6,8 @@
 //!
 //! Env: `KAFKA_BROKERS` (default `127.0.0.1:9092`), `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `TOPIC` (default `orders`), `GROUP` (default
-//! `orders-consumer`), `PARTITIONS` (default 3, for topics it creates), `MAX_DELIVERIES`
+//! `orders-consumer`), `SESSION_TIMEOUT_MS` (how soon the group hands a crashed consumer's partitions to another; default
+//! 10000), `PARTITIONS` (default 3, for topics it creates), `MAX_DELIVERIES`
 //! (default 5), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause between the effect's commit
 //! and the handler's return, so a crash test can kill the consumer while effects are committed
 //! and their offsets are not; default 0).
@@ -125,7 +126,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let effect_delay = Duration::from_millis(env_num("EFFECT_DELAY_MS", 0));
     let topology = KafkaTopology::new(&topic, group)
         .partitions(env_num("PARTITIONS", 3))
-        .max_deliveries(env_num("MAX_DELIVERIES", 5));
+        .max_deliveries(env_num("MAX_DELIVERIES", 5))
+        .session_timeout(Duration::from_millis(env_num("SESSION_TIMEOUT_MS", 10_000)));
 
     topology.declare(&brokers).await?;
     let db = PgPoolOptions::new()
@@ -142,7 +144,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     .execute(&db)
     .await?;
 
-    let source = KafkaSource::connect(&brokers, topology)?;
+    let source = KafkaSource::connect_with(&brokers, topology, |config| {
+        // librdkafka's own debug contexts (`consumer,cgrp,fetch`, ...), logged as `librdkafka`.
+        if let Ok(contexts) = std::env::var("KAFKA_DEBUG") {
+            config.set("debug", contexts);
+        }
+    })?;
     tracing::info!(topic, concurrency, "consuming");
     let report = Consumer::new(source)
         .state(App { db, effect_delay })

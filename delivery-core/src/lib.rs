@@ -9,7 +9,7 @@
 //! | [`consumer`] | the runtime loop; `consumer::settle` is where every unit is acknowledged | 1, 2 |
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
-//! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter | 1, 2 |
+//! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
@@ -24,7 +24,7 @@
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
 //! | `postgres`, `sqlite` | outbox stores (sqlx): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
 //! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
-//! | `kafka` | reserved for its integration |
+//! | `kafka` | Kafka through rdkafka: [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;

@@ -281,7 +281,10 @@ impl KafkaSource {
         let mut config = super::config(brokers);
         config
             .set("auto.offset.reset", "earliest")
-            .set("session.timeout.ms", "10000")
+            .set(
+                "session.timeout.ms",
+                topology.session_timeout_ms.to_string(),
+            )
             .set("heartbeat.interval.ms", "1000");
         configure(&mut config);
         config
@@ -298,6 +301,10 @@ impl KafkaSource {
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "1")
+            // One unit per record batch. The retry and dead-letter topics carry few units, and a
+            // consumer restarted from an offset inside a batch is then served by every broker:
+            // tansu 0.6 returns nothing for a fetch that starts inside a batch.
+            .set("batch.num.messages", "1")
             .set("message.timeout.ms", "30000")
             .create()
             .map_err(|e| TransportError::new("creating the Kafka producer", e))?;

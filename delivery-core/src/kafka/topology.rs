@@ -53,6 +53,11 @@ pub struct KafkaTopology {
     /// [`HEADER_DELIVERY_COUNT`](super::HEADER_DELIVERY_COUNT). Default 5.
     #[serde(default = "default_max_deliveries")]
     pub max_deliveries: u32,
+    /// How long the group waits for a consumer's heartbeat before it counts the consumer as gone
+    /// and hands its partitions to the others (`session.timeout.ms`), in milliseconds. Units a
+    /// crashed consumer held are delivered again after at most this. Default 10 000.
+    #[serde(default = "default_session_timeout_ms")]
+    pub session_timeout_ms: u64,
     /// How often the watermark's advance is committed, in milliseconds: one commit per interval
     /// for every partition that advanced, never one per unit. Also committed on revocation and on
     /// shutdown. Default 500.
@@ -72,13 +77,18 @@ fn default_max_deliveries() -> u32 {
     5
 }
 
+fn default_session_timeout_ms() -> u64 {
+    10_000
+}
+
 fn default_commit_interval_ms() -> u64 {
     500
 }
 
 impl KafkaTopology {
     /// The topology of `topic` read by `group`, with the defaults: retry topic `<topic>.retry`,
-    /// dead letter `<topic>.dlq`, 3 partitions, 1 replica, 5 deliveries, a commit every 500 ms.
+    /// dead letter `<topic>.dlq`, 3 partitions, 1 replica, 5 deliveries, a session timeout of 10 s, a
+    /// commit every 500 ms.
     pub fn new(topic: impl Into<String>, group: impl Into<String>) -> Self {
         KafkaTopology {
             topic: topic.into(),
@@ -88,6 +98,7 @@ impl KafkaTopology {
             partitions: default_partitions(),
             replication: default_replication(),
             max_deliveries: default_max_deliveries(),
+            session_timeout_ms: default_session_timeout_ms(),
             commit_interval_ms: default_commit_interval_ms(),
         }
     }
@@ -113,6 +124,14 @@ impl KafkaTopology {
     /// Sets the most deliveries a unit gets (`0` is read as 1).
     pub fn max_deliveries(mut self, n: u32) -> Self {
         self.max_deliveries = n.max(1);
+        self
+    }
+
+    /// Sets the group's session timeout (at least 1 ms).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout_ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
         self
     }
 

@@ -1,0 +1,191 @@
+//! The commit watermark against a real Kafka-protocol broker (tansu on 127.0.0.1:9092, or
+//! `KAFKA_BROKERS`): a failed unit at offset k holds the group's committed offset at k while the
+//! units after it succeed, and once it is moved to the retry topic the offset jumps past them
+//! (rule 1: no offset is committed past a unit whose disposition is not final). Fails, never
+//! skips, when the broker is unreachable.
+#![cfg(feature = "kafka")]
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
+use delivery::kafka::client::message::{Header, OwnedHeaders};
+use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
+use delivery::kafka::client::{ClientConfig, Offset, TopicPartitionList};
+use delivery::kafka::{HEADER_MESSAGE_ID, KafkaSource, KafkaTopology};
+use delivery::{Consumer, DeliveryCount, HandlerError, Json, State, consumer};
+use serde::Deserialize;
+
+fn brokers() -> String {
+    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+#[derive(Deserialize)]
+struct Step {
+    n: u32,
+}
+
+#[derive(Clone, Default)]
+struct Log {
+    /// Every run: the unit's number and its delivery count.
+    runs: Arc<Mutex<Vec<(u32, u32)>>>,
+    /// Released once the test has seen the committed offset held.
+    release: Arc<tokio::sync::Notify>,
+}
+
+/// Unit 3 waits for the test's word on its first delivery, then fails; everything else succeeds.
+#[consumer]
+async fn handle(
+    Json(step): Json<Step>,
+    count: DeliveryCount,
+    State(log): State<Log>,
+) -> Result<(), HandlerError> {
+    log.runs.lock().unwrap().push((step.n, count.get()));
+    if step.n == 3 && count.get() == 1 {
+        log.release.notified().await;
+        return Err(HandlerError::retry(std::io::Error::other(
+            "unit 3 fails its first delivery",
+        )));
+    }
+    Ok(())
+}
+
+/// The group's committed offset of partition 0 of `topic`, as the broker has it.
+async fn committed(topic: &str, group: &str) -> Option<i64> {
+    let (topic, group) = (topic.to_owned(), group.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&topic, 0);
+        let offsets = reader
+            .committed_offsets(list, Duration::from_secs(10))
+            .unwrap();
+        match offsets.find_partition(&topic, 0).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+async fn wait_committed(topic: &str, group: &str, want: i64) -> Option<i64> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = committed(topic, group).await;
+        if now == Some(want) || tokio::time::Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jumps_past_the_successes()
+ {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let topic = format!("offsets-{}-{stamp}", std::process::id());
+    let group = format!("{topic}-group");
+    let topology = KafkaTopology::new(&topic, &group)
+        .partitions(1)
+        .commit_interval(Duration::from_millis(100));
+    topology
+        .declare(&brokers())
+        .await
+        .unwrap_or_else(|e| panic!("Kafka unreachable at {}: {e}", brokers()));
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    // One at a time, so offset n is unit n.
+    for n in 0..10u32 {
+        let id = format!("u-{n}");
+        producer
+            .send(
+                FutureRecord::to(&topic)
+                    .payload(&format!(r#"{{"n":{n}}}"#))
+                    .key(&id)
+                    .headers(OwnedHeaders::new().insert(Header {
+                        key: HEADER_MESSAGE_ID,
+                        value: Some(id.as_str()),
+                    })),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    let log = Log::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let consumer = tokio::spawn({
+        let (log, stop) = (log.clone(), stop.clone());
+        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        async move {
+            Consumer::new(source)
+                .state(log)
+                .concurrency(8)
+                .backoff(delivery::disposition::Backoff::exponential(
+                    Duration::from_millis(200),
+                    Duration::from_millis(200),
+                ))
+                .shutdown_on(async move { stop.notified().await })
+                .run(handle)
+                .await
+        }
+    });
+
+    // Units 0..=2 and 4..=9 succeed; unit 3 is still running. The committed offset is 3.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while log.runs.lock().unwrap().len() < 10 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every unit was delivered: {:?}",
+            log.runs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(wait_committed(&topic, &group, 3).await, Some(3));
+    // Several commit intervals later it has not moved past the unit that is not final.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        committed(&topic, &group).await,
+        Some(3),
+        "the committed offset passed a unit whose disposition is not final"
+    );
+
+    // Unit 3 fails: it is republished to the retry topic, its offset is final, and the
+    // committed offset jumps past the successes after it.
+    log.release.notify_one();
+    assert_eq!(wait_committed(&topic, &group, 10).await, Some(10));
+    // It comes back from the retry topic, counted, and succeeds.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !log.runs.lock().unwrap().contains(&(3, 2)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "unit 3 never came back from the retry topic: {:?}",
+            log.runs.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.notify_one();
+    let report = consumer.await.unwrap();
+    assert_eq!(report.acked, 10, "{report:?}");
+    assert_eq!(report.returned, 1, "{report:?}");
+    let mut runs = log.runs.lock().unwrap().clone();
+    runs.sort();
+    let mut expected: Vec<(u32, u32)> = (0..10).map(|n| (n, 1)).collect();
+    expected.push((3, 2));
+    expected.sort();
+    assert_eq!(runs, expected, "each unit once, unit 3 twice");
+}
