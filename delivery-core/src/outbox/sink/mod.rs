@@ -3,12 +3,16 @@
 
 #[cfg(feature = "http")]
 mod http;
+#[cfg(feature = "kafka")]
+mod kafka;
 mod memory;
 #[cfg(feature = "lapin")]
 mod rabbitmq;
 
 #[cfg(feature = "http")]
 pub use http::*;
+#[cfg(feature = "kafka")]
+pub use kafka::*;
 pub use memory::*;
 #[cfg(feature = "lapin")]
 pub use rabbitmq::*;
