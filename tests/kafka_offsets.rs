@@ -189,3 +189,209 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
     expected.sort();
     assert_eq!(runs, expected, "each unit once, unit 3 twice");
 }
+
+/// What one consumer of the rebalance test ran: unit ids, each time its handler finished.
+#[derive(Clone)]
+struct Member {
+    /// Units handed to the handler.
+    seen: Arc<Mutex<Vec<String>>>,
+    /// Units whose handler finished.
+    ran: Arc<Mutex<Vec<String>>>,
+    /// While closed, the handler holds every unit (in flight across the rebalance).
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[consumer]
+async fn hold(id: delivery::UnitId, State(member): State<Member>) -> Result<(), HandlerError> {
+    member.seen.lock().unwrap().push(id.to_string());
+    let _open = member.gate.acquire().await;
+    member.ran.lock().unwrap().push(id.to_string());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_owner_gets_them() {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let topic = format!("rebalance-{}-{stamp}", std::process::id());
+    let group = format!("{topic}-group");
+    let topology = KafkaTopology::new(&topic, &group)
+        .partitions(2)
+        .session_timeout(Duration::from_secs(6))
+        .commit_interval(Duration::from_millis(100));
+    topology
+        .declare(&brokers())
+        .await
+        .unwrap_or_else(|e| panic!("Kafka unreachable at {}: {e}", brokers()));
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    for n in 0..20u32 {
+        let id = format!("r-{n}");
+        producer
+            .send(
+                FutureRecord::to(&topic).payload("{}").key(&id).headers(
+                    OwnedHeaders::new().insert(Header {
+                        key: HEADER_MESSAGE_ID,
+                        value: Some(id.as_str()),
+                    }),
+                ),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    let run = |member: Member, stop: Arc<tokio::sync::Notify>| {
+        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        tokio::spawn(async move {
+            Consumer::new(source)
+                .state(member)
+                .concurrency(64)
+                .drain_deadline(Duration::from_secs(10))
+                .shutdown_on(async move { stop.notified().await })
+                .run(hold)
+                .await
+        })
+    };
+    // A takes every unit and holds them all.
+    let a = Member {
+        seen: Arc::default(),
+        ran: Arc::default(),
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let stop_a = Arc::new(tokio::sync::Notify::new());
+    let consumer_a = run(a.clone(), stop_a.clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(a.ran.lock().unwrap().is_empty());
+
+    // B joins: the group takes partitions from A while A's units are in flight.
+    let b = Member {
+        seen: Arc::default(),
+        ran: Arc::default(),
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let stop_b = Arc::new(tokio::sync::Notify::new());
+    let consumer_b = run(b.clone(), stop_b.clone());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while b.seen.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "B never received a unit: the rebalance did not happen"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A's held units finish now, after the rebalance: the handler applied them, but their
+    // offsets belong to an assignment A no longer has. A then reads its new partition again
+    // and finishes it; B still holds its own.
+    a.gate.add_permits(1000);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while a.ran.lock().unwrap().len() < 20 + (20 - b.seen.lock().unwrap().len()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A did not finish its units: ran {:?}, B holds {:?}",
+            a.ran.lock().unwrap(),
+            b.seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await; // ten commit intervals
+    let offsets = [
+        committed_at(&topic, &group, 0).await,
+        committed_at(&topic, &group, 1).await,
+    ];
+    let ends = [end_of(&topic, 0).await, end_of(&topic, 1).await];
+    eprintln!(
+        "rebalance: committed {offsets:?}, ends {ends:?}, B holds {}",
+        b.seen.lock().unwrap().len()
+    );
+    assert!(
+        offsets.iter().zip(&ends).any(|(o, e)| *o == Some(*e))
+            && offsets.iter().zip(&ends).any(|(o, e)| *o != Some(*e)),
+        "A's partition is committed to its end, B's is not (its units are held by B, and A's \
+         finished runs of them committed nothing): committed {offsets:?}, ends {ends:?}"
+    );
+    b.gate.add_permits(1000);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while b.ran.lock().unwrap().len() < b.seen.lock().unwrap().len() {
+        assert!(tokio::time::Instant::now() < deadline, "B did not finish");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_a.notify_one();
+    stop_b.notify_one();
+    consumer_a.await.unwrap();
+    consumer_b.await.unwrap();
+
+    // Every unit B ran had been held by A across the rebalance and finished by A after it.
+    let ran_a = a.ran.lock().unwrap().clone();
+    let ran_b = b.ran.lock().unwrap().clone();
+    let again: Vec<&String> = ran_b.iter().filter(|id| ran_a.contains(id)).collect();
+    eprintln!(
+        "rebalance: A ran {} units, B ran {} units, {} of them also run by A",
+        ran_a.len(),
+        ran_b.len(),
+        again.len()
+    );
+    assert!(
+        !ran_b.is_empty() && again.len() == ran_b.len(),
+        "the new owner received again the units A held across the rebalance"
+    );
+    // The group's offsets end past every unit of both partitions.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for partition in 0..2 {
+        assert_eq!(
+            committed_at(&topic, &group, partition).await,
+            Some(end_of(&topic, partition).await),
+            "partition {partition}: committed to its end"
+        );
+    }
+}
+
+/// The group's committed offset of `partition`.
+async fn committed_at(topic: &str, group: &str, partition: i32) -> Option<i64> {
+    let (topic, group) = (topic.to_owned(), group.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", &group)
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        list.add_partition(&topic, partition);
+        let offsets = reader
+            .committed_offsets(list, Duration::from_secs(10))
+            .unwrap();
+        match offsets
+            .find_partition(&topic, partition)
+            .map(|e| e.offset())
+        {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// One past the last unit of `partition` (units published one at a time, so tansu reports it).
+async fn end_of(topic: &str, partition: i32) -> i64 {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .create()
+            .unwrap();
+        reader
+            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+            .unwrap()
+            .1
+    })
+    .await
+    .unwrap()
+}
