@@ -96,8 +96,9 @@ async fn hand_written() -> f64 {
     let broker = MemoryBroker::new();
     fill(&broker);
     let shared = Shared::new();
-    let mut source = broker.consume("bench").prefetch(32);
     let started = Instant::now();
+    // The runtime's `run` makes and ends its consumer inside its timed window; so does this loop.
+    let mut source = broker.consume("bench").prefetch(32);
     for _ in 0..units() {
         let (unit, handle) = source.receive().await.unwrap().expect("a unit");
         match serde_json::from_slice::<Tick>(unit.payload()) {
@@ -106,6 +107,7 @@ async fn hand_written() -> f64 {
         }
         handle.settle(&unit, &Disposition::Ack).await.unwrap();
     }
+    drop(source);
     let rate = units() as f64 / started.elapsed().as_secs_f64();
     assert_eq!(shared.done.load(Ordering::Relaxed), units());
     assert_eq!(broker.depth("bench"), 0);
@@ -157,10 +159,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    // For instruction counts under callgrind, one side only: BENCH_ONLY=hand|runtime BENCH_UNITS=20000.
+    // For instruction counts under callgrind, one side only:
+    // BENCH_ONLY=hand|runtime|runtime16|arc BENCH_UNITS=20000.
     match std::env::var("BENCH_ONLY").as_deref() {
         Ok("hand") => return drop(rt.block_on(hand_written()).to_string()),
         Ok("runtime") => return drop(rt.block_on(runtime(1)).to_string()),
+        Ok("runtime16") => return drop(rt.block_on(runtime(16)).to_string()),
+        Ok("arc") => return drop(rt.block_on(runtime_arc()).to_string()),
         _ => {}
     }
     let mut rates = [const { Vec::new() }; 4];

@@ -78,6 +78,7 @@ impl<T> DerefMut for Json<T> {
 }
 
 impl<T: DeserializeOwned, S> FromUnit<S> for Json<T> {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         decode_json(unit.payload()).map(Json)
     }
@@ -87,12 +88,30 @@ impl<T: DeserializeOwned, S> FromUnit<S> for Json<T> {
 #[inline]
 pub(crate) fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Malformed> {
     if payload.is_empty() {
-        return Err(Malformed::new("empty payload"));
+        return Err(empty_payload());
     }
-    serde_json::from_slice(payload).map_err(|e| match std::str::from_utf8(payload) {
+    match serde_json::from_slice(payload) {
+        Ok(value) => Ok(value),
+        Err(error) => Err(undecodable(payload, error)),
+    }
+}
+
+// The failures are described out of line (and not per payload type): decoding a well-formed
+// payload, the common case, stays small enough to inline into the handler.
+
+#[cold]
+#[inline(never)]
+fn empty_payload() -> Malformed {
+    Malformed::new("empty payload")
+}
+
+#[cold]
+#[inline(never)]
+fn undecodable(payload: &[u8], error: serde_json::Error) -> Malformed {
+    match std::str::from_utf8(payload) {
         Err(utf8) => Malformed::new(format!("payload is not UTF-8: {utf8}")),
-        Ok(_) => Malformed::new(format!("payload does not decode: {e}")),
-    })
+        Ok(_) => Malformed::new(format!("payload does not decode: {error}")),
+    }
 }
 
 /// The consumer's shared application state (`S: Clone`), given with `Consumer::state`.
@@ -108,24 +127,28 @@ impl<S> Deref for State<S> {
 }
 
 impl<S: Clone> FromUnit<S> for State<S> {
+    #[inline]
     fn from_unit(_: &Unit, state: &S) -> Result<Self, Malformed> {
         Ok(State(state.clone()))
     }
 }
 
 impl<S> FromUnit<S> for UnitId {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         Ok(unit.id().clone())
     }
 }
 
 impl<S> FromUnit<S> for DeliveryCount {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         Ok(unit.delivery_count())
     }
 }
 
 impl<S> FromUnit<S> for Option<Stamp> {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         Ok(unit.stamp())
     }
@@ -133,6 +156,7 @@ impl<S> FromUnit<S> for Option<Stamp> {
 
 /// A required stamp: a unit without one is malformed.
 impl<S> FromUnit<S> for Stamp {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         unit.stamp()
             .ok_or_else(|| Malformed::new("the unit carries no ordering stamp"))
@@ -140,6 +164,7 @@ impl<S> FromUnit<S> for Stamp {
 }
 
 impl<S> FromUnit<S> for Headers {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         Ok(unit.headers().clone())
     }
@@ -147,6 +172,7 @@ impl<S> FromUnit<S> for Headers {
 
 /// The whole unit, read-only: id, payload, count, stamp and headers.
 impl<S> FromUnit<S> for Unit {
+    #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
         Ok(unit.clone())
     }

@@ -43,13 +43,18 @@ where
     fn into_outcome(self) -> Outcome {
         match self {
             Ok(_) => Outcome::Applied,
-            Err(error) => {
-                let error: HandlerError = error.into();
-                match error.kind() {
-                    FailureKind::Retry => Outcome::Failed(error.to_string()),
-                    FailureKind::Reject => Outcome::Rejected(error.to_string()),
-                }
-            }
+            Err(error) => failed(error.into()),
         }
+    }
+}
+
+/// The outcome of a handler's error, out of line: the success path stays small enough to inline
+/// into the handler's future.
+#[cold]
+#[inline(never)]
+fn failed(error: HandlerError) -> Outcome {
+    match error.kind() {
+        FailureKind::Retry => Outcome::Failed(error.to_string()),
+        FailureKind::Reject => Outcome::Rejected(error.to_string()),
     }
 }

@@ -1,32 +1,39 @@
-//! The receive loop. Acknowledgement happens in `settle::apply`, strictly after the handler's
-//! future resolved; a panic is a failure; shutdown drains, then returns what is left.
+//! The receive loop. Acknowledgement happens in `settle`, strictly after the handler's future
+//! resolved; a panic is a failure; shutdown drains, then returns what is left.
 //!
-//! The common case — a unit already waiting, a handler that completes — goes through no `select!`,
-//! no allocation and no cancellation bookkeeping: each is only set up when something has to wait.
+//! The common case — a unit already waiting, a handler that completes on its first poll — goes
+//! through no `select!`, no allocation and no cancellation bookkeeping: each is only set up when
+//! something has to wait. One unit at a time (concurrency 1) has a loop of its own, without a set
+//! in flight at all.
 
-use std::future::{Future, poll_fn};
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use futures_util::future::CatchUnwind;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::settle::{self, Counters, Settled};
-use super::{Consumer, Report};
-use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
+use super::{Consumer, Report, Shutdown};
+use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
-/// What woke the loop.
-enum Event<H> {
-    Received(Result<Option<(Unit, H)>, TransportError>),
-    Settled(Settled),
-    Shutdown,
+/// While units keep coming, the shutdown signal is looked at once every this many of them; when
+/// the loop waits, it watches the signal.
+const SHUTDOWN_CHECK_EVERY: u32 = 32;
+
+/// What a unit's run needs besides the unit, shared by every unit of a run.
+struct Env<'a, S, H> {
+    handler: &'a H,
+    state: &'a S,
+    policy: &'a RedeliveryPolicy,
+    counters: &'a Counters,
+    drain_deadline: Duration,
 }
 
 pub(super) async fn run<Src, S, H>(consumer: Consumer<Src, S>, handler: H) -> Report
@@ -45,15 +52,15 @@ where
         ..
     } = consumer;
     let counters = Counters::new(source.name());
-    let abandon = CancellationToken::new();
     let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
     let mut report = Report::default();
-    let mut inflight = FuturesUnordered::new();
-    let mut receive_failures = 0u32;
-    // The first iteration looks at the shutdown signal at once: a signal future such as
-    // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal arriving before
-    // that would kill the process instead of stopping it.
-    let mut since_shutdown_check = 31u32;
+    let env = Env {
+        handler: &handler,
+        state: &state,
+        policy: &policy,
+        counters: &counters,
+        drain_deadline,
+    };
 
     tracing::info!(
         source = source.name(),
@@ -61,103 +68,183 @@ where
         concurrency,
         "consumer started"
     );
+    if concurrency == 1 {
+        one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
+    } else {
+        several_at_once(&mut source, &env, concurrency, &mut shutdown, &mut report).await;
+    }
+    tracing::info!(source = source.name(), ?report, "consumer stopped");
+    report
+}
+
+/// Concurrency 1: each unit is run and settled right here, before the next is received. The
+/// shutdown signal still starts the drain deadline for a handler that is waiting.
+async fn one_at_a_time<Src, S, H>(
+    source: &mut Src,
+    env: &Env<'_, S, H>,
+    shutdown: &mut Shutdown,
+    report: &mut Report,
+) where
+    Src: Source,
+    H: Handler<S>,
+{
+    // The first iteration looks at the shutdown signal at once: a signal future such as
+    // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal arriving
+    // before that would kill the process instead of stopping it.
+    let mut since_shutdown_check = SHUTDOWN_CHECK_EVERY - 1;
+    let mut receive_failures = 0u32;
+    // After a failed receive, the wait before the next one. (Waited here, at the top, so that no
+    // received value is held across it: the loop's state stays small.)
+    let mut retry_in = None;
     loop {
-        // While units keep coming the shutdown signal is looked at every 32 of them; when the loop
-        // waits, the `select!` below watches it.
+        if let Some(wait) = retry_in.take()
+            && !sleep_unless_shutdown(wait, shutdown).await
+        {
+            break;
+        }
         since_shutdown_check += 1;
-        if since_shutdown_check >= 32 {
+        if since_shutdown_check >= SHUTDOWN_CHECK_EVERY {
             since_shutdown_check = 0;
-            if (&mut shutdown).now_or_never().is_some() {
+            if (&mut *shutdown).now_or_never().is_some() {
                 break;
             }
         }
-        let ready = if inflight.is_empty() {
-            poll_once(pin!(source.receive())).await
-        } else {
-            Poll::Pending
-        };
-        let received = match ready {
-            Poll::Ready(received) => received,
-            Poll::Pending => match tokio::select! {
-                biased;
-                Some(settled) = inflight.next(), if !inflight.is_empty() => Event::Settled(settled),
-                received = source.receive(), if inflight.len() < concurrency => Event::Received(received),
-                () = &mut shutdown => Event::Shutdown,
-            } {
-                Event::Received(received) => received,
-                Event::Settled(settled) => {
-                    count(&mut report, settled);
-                    continue;
+        // The receive is polled first, directly; only when it waits is the signal watched. (The
+        // block ends the received value's scope before the next wait, so the loop's state does
+        // not keep a copy of it.)
+        let (unit, handle) = {
+            let received = {
+                let receive = pin!(source.receive());
+                match UnlessShutdown(receive, shutdown).await {
+                    Some(received) => received,
+                    None => break,
                 }
-                Event::Shutdown => break,
-            },
-        };
-        let (unit, handle) = match received {
-            Ok(Some(received)) => received,
-            Ok(None) => break,
-            Err(error) => {
-                receive_failures = receive_failures.saturating_add(1);
-                let wait = Duration::from_millis(100u64 << receive_failures.min(6));
-                tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
-                    "receiving failed");
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(wait) => continue,
+            };
+            match received {
+                Ok(Some(received)) => received,
+                Ok(None) => break,
+                Err(error) => {
+                    receive_failures = receive_failures.saturating_add(1);
+                    retry_in = Some(receive_failed(source, receive_failures, &error));
+                    continue;
                 }
             }
         };
         receive_failures = 0;
-        if concurrency == 1 {
-            // One unit at a time, run right here without a future of its own. The shutdown signal
-            // still starts the drain deadline for a handler that is waiting.
-            let mut stopping = false;
-            let outcome = match start(&handler, &unit, &state) {
-                Err(panicked) => panicked,
-                Ok(call) => {
-                    let mut call = pin!(call);
-                    let result = match poll_once(call.as_mut()).await {
-                        Poll::Ready(result) => Some(result),
-                        Poll::Pending => tokio::select! {
-                            biased;
-                            result = &mut call => Some(result),
-                            () = &mut shutdown => {
-                                stopping = true;
-                                tokio::select! {
-                                    result = &mut call => Some(result),
-                                    () = tokio::time::sleep(drain_deadline) => None,
-                                }
-                            }
-                        },
-                    };
-                    match result {
-                        Some(result) => outcome_of(result),
-                        None => {
-                            let settled = abandoned(handle, &unit, &counters).await;
-                            count(&mut report, settled);
+
+        let mut stopping = false;
+        let make = || env.handler.call(&unit, env.state);
+        let mut call = pin!(place_for(&make));
+        let mut run = Guarded::new(make, call.as_mut());
+        let outcome = match PollOnce(Pin::new(&mut run)).await {
+            Poll::Ready(outcome) => outcome,
+            Poll::Pending => tokio::select! {
+                biased;
+                outcome = &mut run => outcome,
+                () = &mut *shutdown => {
+                    stopping = true;
+                    tokio::select! {
+                        outcome = &mut run => outcome,
+                        () = tokio::time::sleep(env.drain_deadline) => {
+                            count(report, abandoned(handle, &unit, env.counters).await);
                             break;
                         }
                     }
                 }
-            };
-            let disposition = decide(&outcome, unit.delivery_count(), &policy, unit.id());
-            count(
-                &mut report,
-                settle::apply(handle, &unit, &outcome, &disposition, &counters).await,
-            );
-            if stopping {
+            },
+        };
+        let disposition = settle::disposition(&outcome, &unit, env.policy);
+        count(
+            report,
+            settle::apply!(handle, &unit, &outcome, &disposition, env.counters),
+        );
+        if stopping {
+            break;
+        }
+    }
+    tracing::info!(source = source.name(), in_flight = 0, "consumer stopping");
+}
+
+/// Concurrency above 1. A unit's run is first polled in place, in a box kept from one unit to the
+/// next: one that completes on that poll (every malformed one, many fast ones) costs no allocation
+/// and never joins the set in flight. One that has to wait moves, in its box, to the set, which
+/// polls it with a real waker, and the next unit gets a new box.
+async fn several_at_once<Src, S, H>(
+    source: &mut Src,
+    env: &Env<'_, S, H>,
+    concurrency: usize,
+    shutdown: &mut Shutdown,
+    report: &mut Report,
+) where
+    Src: Source,
+    H: Handler<S>,
+{
+    let abandon = CancellationToken::new();
+    let mut inflight = FuturesUnordered::new();
+    let mut slot = Box::pin(None);
+    // As one at a time: the signal is looked at on the first iteration.
+    let mut since_shutdown_check = SHUTDOWN_CHECK_EVERY - 1;
+    let mut receive_failures = 0u32;
+    // After a failed receive, the wait before the next one. (Waited here, at the top, so that no
+    // received value is held across it: the loop's state stays small.)
+    let mut retry_in = None;
+    loop {
+        if let Some(wait) = retry_in.take()
+            && !sleep_unless_shutdown(wait, shutdown).await
+        {
+            break;
+        }
+        since_shutdown_check += 1;
+        if since_shutdown_check >= SHUTDOWN_CHECK_EVERY {
+            since_shutdown_check = 0;
+            if (&mut *shutdown).now_or_never().is_some() {
                 break;
             }
-            continue;
         }
-        // Several at once: a unit whose handler completes on the first poll (every malformed one,
-        // many fast ones) never joins the set in flight; the rest are polled there with a real
-        // waker.
-        let mut unit_run = Box::pin(process(
-            unit, handle, &handler, &state, &policy, &abandon, &counters,
-        ));
-        match poll_once(unit_run.as_mut()).await {
-            Poll::Ready(settled) => count(&mut report, settled),
-            Poll::Pending => inflight.push(unit_run),
+        // With nothing in flight, the receive is polled first, directly, as one at a time does;
+        // otherwise units in flight finishing come first.
+        let (unit, handle) = {
+            let received = if inflight.is_empty() {
+                let receive = pin!(source.receive());
+                match UnlessShutdown(receive, shutdown).await {
+                    Some(received) => received,
+                    None => break,
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    Some(settled) = inflight.next() => {
+                        count(report, settled);
+                        continue;
+                    }
+                    received = source.receive(), if inflight.len() < concurrency => received,
+                    () = &mut *shutdown => break,
+                }
+            };
+            match received {
+                Ok(Some(received)) => received,
+                Ok(None) => break,
+                Err(error) => {
+                    receive_failures = receive_failures.saturating_add(1);
+                    retry_in = Some(receive_failed(source, receive_failures, &error));
+                    continue;
+                }
+            }
+        };
+        receive_failures = 0;
+        slot.set(Some(process(unit, handle, env, &abandon)));
+        let run = slot
+            .as_mut()
+            .as_pin_mut()
+            .expect("the slot was just filled");
+        match PollOnce(run).await {
+            Poll::Ready(settled) => {
+                slot.set(None);
+                count(report, settled);
+            }
+            Poll::Pending => {
+                inflight.push(InFlight(std::mem::replace(&mut slot, Box::pin(None))));
+            }
         }
     }
 
@@ -168,13 +255,13 @@ where
         in_flight = inflight.len(),
         "consumer stopping"
     );
-    let deadline = tokio::time::sleep(drain_deadline);
+    let deadline = tokio::time::sleep(env.drain_deadline);
     let mut deadline = pin!(deadline);
     let mut abandoned = false;
     loop {
         tokio::select! {
             next = inflight.next() => match next {
-                Some(settled) => count(&mut report, settled),
+                Some(settled) => count(report, settled),
                 None => break,
             },
             () = &mut deadline, if !abandoned => {
@@ -185,15 +272,125 @@ where
             }
         }
     }
-    tracing::info!(source = source.name(), ?report, "consumer stopped");
-    report
 }
 
-/// Polls `future` once with the task's own waker: `Pending` leaves it registered, as any poll does.
-async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
-    poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
+/// A unit's run that had to wait, in the box it was first polled in.
+struct InFlight<F>(Pin<Box<Option<F>>>);
+
+impl<F: Future> Future for InFlight<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        match self.0.as_mut().as_pin_mut() {
+            Some(run) => run.poll(cx),
+            None => unreachable!("only a filled slot goes in flight"),
+        }
+    }
 }
 
+/// Logs a failed receive (the `receive_failures`th in a row) and says how long to wait before the
+/// next: a backoff growing with the failures in a row.
+fn receive_failed<Src: Source>(
+    source: &Src,
+    receive_failures: u32,
+    error: &TransportError,
+) -> Duration {
+    let wait = Duration::from_millis(100u64 << receive_failures.min(6));
+    tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
+        "receiving failed");
+    wait
+}
+
+/// Sleeps `wait`; `false` when the shutdown signal came first.
+async fn sleep_unless_shutdown(wait: Duration, shutdown: &mut Shutdown) -> bool {
+    tokio::select! {
+        () = &mut *shutdown => false,
+        () = tokio::time::sleep(wait) => true,
+    }
+}
+
+/// Polls a future once with the task's own waker: `Pending` leaves it registered, as any poll
+/// does. A plain future with an always-inlined `poll` (as [`Guarded`]), so that the loop's own
+/// state machine polls the inner future directly, with no layer set up and torn down per unit.
+struct PollOnce<'a, F>(Pin<&'a mut F>);
+
+impl<F: Future> Future for PollOnce<'_, F> {
+    type Output = Poll<F::Output>;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Poll<F::Output>> {
+        Poll::Ready(self.0.as_mut().poll(cx))
+    }
+}
+
+/// A future (`receive`), unless the shutdown signal comes first: `None` then. The future is polled
+/// first, so the signal is only looked at while it waits.
+struct UnlessShutdown<'a, F>(Pin<&'a mut F>, &'a mut Shutdown);
+
+impl<F: Future> Future for UnlessShutdown<'_, F> {
+    type Output = Option<F::Output>;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
+        if let Poll::Ready(output) = self.0.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        self.1.as_mut().poll(cx).map(|()| None)
+    }
+}
+
+/// The run of a unit's handler. Its first poll resolves the parameters (extractors are user code
+/// too) and makes the handler's future right in the place pinned for it; every poll is inside one
+/// `catch_unwind`, so a panic anywhere in the run is its outcome.
+struct Guarded<'a, F, M> {
+    make: Option<M>,
+    call: Pin<&'a mut Option<F>>,
+}
+
+impl<'a, F, M: FnOnce() -> F> Guarded<'a, F, M> {
+    #[inline(always)]
+    fn new(make: M, call: Pin<&'a mut Option<F>>) -> Self {
+        Guarded {
+            make: Some(make),
+            call,
+        }
+    }
+}
+
+impl<F, M> Future for Guarded<'_, F, M>
+where
+    F: Future<Output = Outcome>,
+    M: FnOnce() -> F + Unpin,
+{
+    type Output = Outcome;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = &mut *self;
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if let Some(make) = this.make.take() {
+                this.call.set(Some(make()));
+            }
+            match this.call.as_mut().as_pin_mut() {
+                Some(call) => call.poll(cx),
+                None => unreachable!("the handler's future is made on the first poll"),
+            }
+        }));
+        match polled {
+            Ok(poll) => poll,
+            Err(panic) => Poll::Ready(Outcome::panicked(&*panic)),
+        }
+    }
+}
+
+/// An empty place for the future `make` returns (`make` is not called): the handler's future has
+/// no type the loop can name.
+#[inline(always)]
+fn place_for<F>(_make: &impl FnOnce() -> F) -> Option<F> {
+    None
+}
+
+#[inline]
 fn count(report: &mut Report, settled: Settled) {
     match settled {
         Settled::Acked => report.acked += 1,
@@ -203,26 +400,6 @@ fn count(report: &mut Report, settled: Settled) {
     }
 }
 
-/// The handler's future, or the outcome of a panic while resolving its parameters (extractors
-/// are user code too). Its own panics are caught by the `CatchUnwind` around it.
-#[allow(clippy::type_complexity)]
-#[inline]
-fn start<S, H: Handler<S>>(
-    handler: &H,
-    unit: &Unit,
-    state: &S,
-) -> Result<CatchUnwind<AssertUnwindSafe<impl Future<Output = Outcome>>>, Outcome> {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| handler.call(unit, state))) {
-        Ok(call) => Ok(AssertUnwindSafe(call).catch_unwind()),
-        Err(panic) => Err(Outcome::panicked(&*panic)),
-    }
-}
-
-#[inline]
-fn outcome_of(result: std::thread::Result<Outcome>) -> Outcome {
-    result.unwrap_or_else(|panic| Outcome::panicked(&*panic))
-}
-
 /// A unit whose handler was still running at the drain deadline: returned at once, never
 /// acknowledged.
 async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Settled {
@@ -230,40 +407,40 @@ async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Se
     let returned = Disposition::Return {
         after: Duration::ZERO,
     };
-    settle::apply(handle, unit, &outcome, &returned, counters).await
+    settle::apply!(handle, unit, &outcome, &returned, counters)
 }
 
-/// One unit of a consumer running several at once: run the handler (a panic is a failure),
-/// decide, settle.
-async fn process<S, H, L>(
+/// One unit of a consumer running several at once: run the handler (a panic is a failure), then
+/// decide and settle.
+///
+/// An `async` block rather than an `async fn`: an `async fn` moves its arguments once more, into
+/// its body's own locals, and a unit is large.
+#[allow(clippy::manual_async_fn)]
+#[inline(always)]
+fn process<'a, S, H, L>(
     unit: Unit,
     handle: L,
-    handler: &H,
-    state: &S,
-    policy: &RedeliveryPolicy,
-    abandon: &CancellationToken,
-    counters: &Counters,
-) -> Settled
+    env: &'a Env<'_, S, H>,
+    abandon: &'a CancellationToken,
+) -> impl Future<Output = Settled> + 'a
 where
     H: Handler<S>,
     L: Settle,
 {
-    let outcome = match start(handler, &unit, state) {
-        Err(panicked) => panicked,
-        Ok(call) => {
-            let mut call = pin!(call);
-            let result = match poll_once(call.as_mut()).await {
-                Poll::Ready(result) => result,
-                // Still running: from now on the drain deadline may abandon it.
-                Poll::Pending => tokio::select! {
-                    biased;
-                    result = call => result,
-                    () = abandon.cancelled() => return abandoned(handle, &unit, counters).await,
-                },
-            };
-            outcome_of(result)
-        }
-    };
-    let disposition = decide(&outcome, unit.delivery_count(), policy, unit.id());
-    settle::apply(handle, &unit, &outcome, &disposition, counters).await
+    async move {
+        let make = || env.handler.call(&unit, env.state);
+        let mut call = pin!(place_for(&make));
+        let mut run = Guarded::new(make, call.as_mut());
+        let outcome = match PollOnce(Pin::new(&mut run)).await {
+            Poll::Ready(outcome) => outcome,
+            // Still running: from now on the drain deadline may abandon it.
+            Poll::Pending => tokio::select! {
+                biased;
+                outcome = &mut run => outcome,
+                () = abandon.cancelled() => return abandoned(handle, &unit, env.counters).await,
+            },
+        };
+        let disposition = settle::disposition(&outcome, &unit, env.policy);
+        settle::apply!(handle, &unit, &outcome, &disposition, env.counters)
+    }
 }

@@ -1,12 +1,12 @@
 //! Where a unit's disposition is carried out: acknowledged, returned or dead-lettered. Every
-//! transport's units pass through [`apply`], which also logs the disposition once and counts it.
+//! transport's units pass through [`apply!`], which also logs the disposition once and counts it.
 
 use std::time::Duration;
 
 use metrics::Counter;
 
-use crate::disposition::{Disposition, Outcome, ReasonKind};
-use crate::transport::{Settle, TransportError};
+use crate::disposition::{Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide};
+use crate::transport::TransportError;
 use crate::unit::Unit;
 
 /// How one unit ended, for the run's [`Report`](super::Report).
@@ -43,21 +43,65 @@ impl Counters {
     }
 }
 
-/// Carries out `disposition` through the unit's handle, then logs and counts it.
-pub(crate) async fn apply<H: Settle>(
-    handle: H,
+/// The disposition of a unit whose handler ended with `outcome`: [`decide`]'s answer. An applied
+/// unit is acknowledged without looking at the count or the policy (no backoff, no reason).
+#[inline]
+pub(crate) fn disposition(
+    outcome: &Outcome,
+    unit: &Unit,
+    policy: &RedeliveryPolicy,
+) -> Disposition {
+    match outcome {
+        Outcome::Applied => Disposition::Ack,
+        _ => decide(outcome, unit.delivery_count(), policy, unit.id()),
+    }
+}
+
+/// Carries out `disposition` through the unit's handle, then logs and counts it:
+/// `apply!(handle, &unit, &outcome, &disposition, counters)` evaluates to the unit's [`Settled`],
+/// in an async context.
+///
+/// A macro rather than an `async fn`, so the caller's state machine awaits the transport's future
+/// itself: a function here would add a state machine of its own, set up and torn down per unit.
+macro_rules! apply {
+    ($handle:expr, $unit:expr, $outcome:expr, $disposition:expr, $counters:expr $(,)?) => {{
+        let (unit, disposition) = ($unit, $disposition);
+        let result = $crate::transport::Settle::settle($handle, unit, disposition).await;
+        $crate::consumer::settle::record(result, unit, $outcome, disposition, $counters)
+    }};
+}
+pub(crate) use apply;
+
+/// Logs the disposition once and counts it. A carried-out acknowledgement, the common case, is
+/// handled inline; everything else (with its larger log records) out of line.
+#[inline(always)]
+pub(crate) fn record(
+    result: Result<(), TransportError>,
     unit: &Unit,
     outcome: &Outcome,
     disposition: &Disposition,
     counters: &Counters,
 ) -> Settled {
-    let result = handle.settle(unit, disposition).await;
-    record(result, unit, outcome, disposition, counters)
+    match result {
+        Ok(()) if matches!(disposition, Disposition::Ack) => acked(unit, counters),
+        result => record_other(result, unit, outcome, disposition, counters),
+    }
 }
 
-/// Logs the disposition once and counts it.
-#[inline]
-fn record(
+#[inline(always)]
+fn acked(unit: &Unit, counters: &Counters) -> Settled {
+    counters.acked.increment(1);
+    tracing::debug!(
+        unit.id = unit.id().as_str(),
+        delivery_count = unit.delivery_count().get(),
+        disposition = "ack",
+        "unit applied"
+    );
+    Settled::Acked
+}
+
+#[inline(never)]
+fn record_other(
     result: Result<(), TransportError>,
     unit: &Unit,
     outcome: &Outcome,
@@ -73,16 +117,7 @@ fn record(
         return Settled::Failed;
     }
     match disposition {
-        Disposition::Ack => {
-            counters.acked.increment(1);
-            tracing::debug!(
-                unit.id = id,
-                delivery_count = count,
-                disposition = "ack",
-                "unit applied"
-            );
-            Settled::Acked
-        }
+        Disposition::Ack => acked(unit, counters),
         Disposition::Return { after } => {
             counters.returned.increment(1);
             let error = failure_text(outcome);

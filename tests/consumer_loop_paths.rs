@@ -1,0 +1,203 @@
+//! The consumer loop on the paths the other runtime tests do not reach: one unit at a time with a
+//! waiting handler at the drain deadline, panics after a wait and in an extractor, several handlers
+//! waiting at once, a shutdown signal given before the first unit.
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use delivery::memory::MemoryBroker;
+use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, State, Unit, consumer};
+use tokio::sync::Notify;
+
+#[derive(Default)]
+struct App {
+    gate: Notify,
+    entered: Notify,
+    polls: AtomicU32,
+    applied: AtomicU32,
+}
+
+#[consumer]
+async fn gated(State(app): State<Arc<App>>, Json(n): Json<u32>) -> Result<(), HandlerError> {
+    app.entered.notify_one();
+    app.gate.notified().await;
+    app.applied.fetch_add(n, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Panics on its second poll: after waiting once.
+#[consumer]
+async fn panics_later(State(app): State<Arc<App>>, Json(n): Json<u32>) -> Result<(), HandlerError> {
+    app.polls.fetch_add(1, Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    if n == 1 {
+        panic!("second poll");
+    }
+    app.applied.fetch_add(n, Ordering::SeqCst);
+    Ok(())
+}
+
+struct Exploding;
+impl<S> FromUnit<S> for Exploding {
+    fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
+        if unit.payload().as_ref() == b"1" {
+            panic!("extractor panicked");
+        }
+        Ok(Exploding)
+    }
+}
+
+#[consumer]
+async fn extractor_panics(_e: Exploding, State(app): State<Arc<App>>) -> Result<(), HandlerError> {
+    app.applied.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_at_a_time_waiting_handler_is_returned_at_the_drain_deadline() {
+    let broker = MemoryBroker::new();
+    broker.publish("q", Unit::new("a", "5"));
+    broker.publish("q", Unit::new("b", "7"));
+    let app = Arc::new(App::default());
+    let stop = Arc::new(Notify::new());
+    let run = tokio::spawn({
+        let (broker, app, stop) = (broker.clone(), app.clone(), stop.clone());
+        async move {
+            Consumer::new(broker.consume("q"))
+                .state(app)
+                .concurrency(1)
+                .drain_deadline(Duration::from_secs(5))
+                .shutdown_on(async move { stop.notified().await })
+                .run(gated)
+                .await
+        }
+    });
+    app.entered.notified().await;
+    stop.notify_one();
+    let report = run.await.unwrap();
+    assert_eq!(report.acked, 0);
+    assert_eq!(report.returned, 1);
+    assert_eq!(app.applied.load(Ordering::SeqCst), 0);
+    assert_eq!(broker.depth("q"), 2, "nothing lost");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_at_a_time_waiting_handler_finishing_within_the_deadline_is_acked_and_the_loop_stops() {
+    let broker = MemoryBroker::new();
+    broker.publish("q", Unit::new("a", "5"));
+    broker.publish("q", Unit::new("b", "7"));
+    let app = Arc::new(App::default());
+    let stop = Arc::new(Notify::new());
+    let run = tokio::spawn({
+        let (broker, app, stop) = (broker.clone(), app.clone(), stop.clone());
+        async move {
+            Consumer::new(broker.consume("q"))
+                .state(app)
+                .concurrency(1)
+                .drain_deadline(Duration::from_secs(5))
+                .shutdown_on(async move { stop.notified().await })
+                .run(gated)
+                .await
+        }
+    });
+    app.entered.notified().await;
+    stop.notify_one();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    app.gate.notify_one();
+    let report = run.await.unwrap();
+    assert_eq!(report.acked, 1);
+    assert_eq!(report.returned, 0);
+    assert_eq!(app.applied.load(Ordering::SeqCst), 5);
+    assert_eq!(broker.depth("q"), 1, "the second unit is still queued");
+}
+
+async fn run_until_idle<H: delivery::Handler<Arc<App>>>(
+    broker: &MemoryBroker,
+    app: &Arc<App>,
+    concurrency: usize,
+    h: H,
+) -> delivery::Report {
+    Consumer::new(broker.consume("q"))
+        .state(app.clone())
+        .concurrency(concurrency)
+        .backoff(delivery::Backoff::none())
+        .shutdown_on(broker.idle("q"))
+        .run(h)
+        .await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_after_a_wait_returns_the_unit_both_ways() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        broker.publish("q", Unit::new("a", "1"));
+        broker.publish("q", Unit::new("b", "2"));
+        let app = Arc::new(App::default());
+        let report = run_until_idle(&broker, &app, concurrency, panics_later).await;
+        assert_eq!(report.acked, 1, "concurrency {concurrency}");
+        assert!(
+            report.returned >= 1,
+            "concurrency {concurrency}: {report:?}"
+        );
+        assert_eq!(app.applied.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            broker.dead_letters("q").len(),
+            1,
+            "exhausted after its deliveries"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_extractor_returns_the_unit_both_ways() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        broker.publish("q", Unit::new("a", "1"));
+        broker.publish("q", Unit::new("b", "2"));
+        let app = Arc::new(App::default());
+        let report = run_until_idle(&broker, &app, concurrency, extractor_panics).await;
+        assert_eq!(report.acked, 1, "concurrency {concurrency}");
+        assert!(report.returned >= 1);
+        assert_eq!(app.applied.load(Ordering::SeqCst), 1);
+        assert_eq!(broker.dead_letters("q").len(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn several_at_once_with_waiting_handlers_all_acked() {
+    let broker = MemoryBroker::new();
+    for i in 0..50u32 {
+        broker.publish("q", Unit::new(format!("u{i}"), i.to_string()));
+    }
+    let app = Arc::new(App::default());
+    let opener = tokio::spawn({
+        let app = app.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                app.gate.notify_waiters();
+            }
+        }
+    });
+    let report = run_until_idle(&broker, &app, 4, gated).await;
+    opener.abort();
+    assert_eq!(report.acked, 50);
+    assert_eq!(app.applied.load(Ordering::SeqCst), (0..50).sum::<u32>());
+}
+
+#[tokio::test]
+async fn a_signal_already_given_stops_before_any_unit() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        broker.publish("q", Unit::new("a", "1"));
+        let app = Arc::new(App::default());
+        let report = Consumer::new(broker.consume("q"))
+            .state(app.clone())
+            .concurrency(concurrency)
+            .shutdown_on(async {})
+            .run(gated)
+            .await;
+        assert_eq!(report, delivery::Report::default());
+        assert_eq!(broker.depth("q"), 1);
+    }
+}
