@@ -22,92 +22,16 @@
 
 use std::time::Duration;
 
+use delivery::Consumer;
 use delivery::kafka::{KafkaSource, KafkaTopology};
-use delivery::{Consumer, HandlerError, Json, State, consumer};
-use serde::Deserialize;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-#[derive(Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    customer_id: String,
-    amount_cents: i64,
-}
-
-#[derive(Clone)]
-struct App {
-    db: PgPool,
-    effect_delay: Duration,
-}
-
-/// Applies one order. Everything written comes from the unit, keyed by the order's own id.
-#[consumer]
-async fn apply_order(
-    State(app): State<App>,
-    Json(order): Json<OrderPlaced>,
-) -> Result<(), HandlerError> {
-    if order.amount_cents < 0 {
-        return Err(HandlerError::reject(format!(
-            "order {} has a negative amount ({} cents)",
-            order.order_id, order.amount_cents
-        )));
-    }
-    let mut tx = app.db.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(&order.order_id)
-    .bind(&order.customer_id)
-    .bind(order.amount_cents)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 1 {
-        sqlx::query(
-            "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
-             ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
-        )
-        .bind(&order.customer_id)
-        .bind(order.amount_cents)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    if !app.effect_delay.is_zero() {
-        tokio::time::sleep(app.effect_delay).await;
-    }
-    Ok(())
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a number")),
-        Err(_) => default,
-    }
-}
-
-/// SIGTERM or SIGINT. The handlers are installed here, at startup, not when the future is first
-/// polled: a signal arriving before that would otherwise kill the process mid-effect.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::info!("signal received; shutting down");
-    }
-}
+#[path = "support/env.rs"]
+mod env;
+use env::{env_num, env_or, shutdown_signal};
+#[path = "support/orders.rs"]
+mod orders;
+use orders::{App, apply_order};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -137,12 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .acquire_timeout(Duration::from_secs(2))
         .connect(&database_url)
         .await?;
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
-         CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);",
-    )
-    .execute(&db)
-    .await?;
+    orders::create_tables(&db).await?;
 
     let source = KafkaSource::connect_with(&brokers, topology, |config| {
         // librdkafka's own debug contexts (`consumer,cgrp,fetch`, ...), logged as `librdkafka`.

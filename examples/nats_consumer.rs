@@ -26,6 +26,10 @@ use serde::Deserialize;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+#[path = "support/env.rs"]
+mod env;
+use env::{env_num, env_or, shutdown_signal};
+
 #[derive(Deserialize)]
 struct OrderPlaced {
     order_id: String,
@@ -78,33 +82,6 @@ async fn apply_order(
         tokio::time::sleep(app.effect_delay).await;
     }
     Ok(())
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a number")),
-        Err(_) => default,
-    }
-}
-
-/// SIGTERM or SIGINT, the handlers installed at startup.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::info!("signal received; shutting down");
-    }
 }
 
 #[tokio::main]
