@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use delivery::Consumer;
-use delivery::kafka::{KafkaSource, KafkaTopology};
+use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use sqlx::postgres::PgPoolOptions;
 
 #[path = "support/env.rs"]
@@ -63,6 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .await?;
     orders::create_tables(&db).await?;
 
+    let depth = KafkaDeadLetters::new(&brokers, &topology).watch_depth(Duration::from_secs(15));
     let source = KafkaSource::connect_with(&brokers, topology, |config| {
         // librdkafka's own debug contexts (`consumer,cgrp,fetch`, ...), logged as `librdkafka`.
         if let Ok(contexts) = std::env::var("KAFKA_DEBUG") {
@@ -77,6 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .shutdown_on(shutdown)
         .run(apply_order)
         .await;
+    depth.abort();
     tracing::info!(?report, "stopped");
     Ok(())
 }

@@ -314,13 +314,19 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         };
         assert_eq!(d.reason, Some(expected_reason), "{}", d.id);
     }
+    let depth = env.dead_letters().count().await.unwrap();
+    assert!(
+        depth >= 1 && depth <= dead.len() as u64,
+        "the dead letter's depth ({depth}) counts its entries ({})",
+        dead.len()
+    );
     let partitions: BTreeSet<i32> = dead.iter().filter_map(|d| d.source_partition).collect();
     assert!(
         partitions.len() > 1,
         "poison came from several partitions: {partitions:?}"
     );
     eprintln!(
-        "crash run: {UNITS} units over {PARTITIONS} partitions, {valid_units} applied once, {} dead-letter entries for {} poison units",
+        "crash run: {UNITS} units over {PARTITIONS} partitions, {valid_units} applied once, {} dead-letter entries (depth {depth}) for {} poison units",
         dead.len(),
         poison.len()
     );

@@ -63,6 +63,7 @@ pub struct KafkaDeadLetter {
 /// dead_letters.redrive(&["o-42".into()]).await?;
 /// # Ok(()) }
 /// ```
+#[derive(Clone)]
 pub struct KafkaDeadLetters {
     brokers: String,
     topic: String,
@@ -77,6 +78,34 @@ impl KafkaDeadLetters {
             topic: topology.topic.clone(),
             dead_letter_topic: topology.dead_letter_topic_name(),
         }
+    }
+
+    /// How many units the dead-letter topic holds (each partition's high watermark less its low
+    /// one), also set as the `delivery_dead_letter_depth{dead_letter}` gauge. A topic never
+    /// trimmed only grows: compare it with what the operator has redriven.
+    pub async fn count(&self) -> Result<u64, TransportError> {
+        let brokers = self.brokers.clone();
+        let topic = self.dead_letter_topic.clone();
+        let depth = tokio::task::spawn_blocking(move || depth(&brokers, &topic))
+            .await
+            .map_err(|e| TransportError::new("reading the dead letter's depth", e))??;
+        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => self.dead_letter_topic.clone())
+            .set(depth as f64);
+        Ok(depth)
+    }
+
+    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
+    /// until the returned task is aborted.
+    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(error) = this.count().await {
+                    tracing::warn!(dead_letter = %this.dead_letter_topic, %error, "could not read the dead letter's depth");
+                }
+                tokio::time::sleep(every).await;
+            }
+        })
     }
 
     /// Every unit in the dead-letter topic, in partition then offset order. Reads from the start
@@ -133,14 +162,21 @@ impl KafkaDeadLetters {
     }
 }
 
-fn read_all(brokers: &str, topic: &str) -> Result<Vec<KafkaDeadLetter>, TransportError> {
-    let consumer: BaseConsumer = super::config(brokers)
+fn reader(brokers: &str) -> Result<BaseConsumer, TransportError> {
+    super::config(brokers)
         .set("group.id", "delivery-dead-letter-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
         .create()
-        .map_err(|e| TransportError::new("creating the Kafka reader", e))?;
-    let timeout = Duration::from_secs(10);
+        .map_err(|e| TransportError::new("creating the Kafka reader", e))
+}
+
+/// The partitions of `topic` and, for each, its low and high watermarks.
+fn extent(
+    consumer: &BaseConsumer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Vec<(i32, i64, i64)>, TransportError> {
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
         .map_err(|e| TransportError::new("reading the dead-letter topic's metadata", e))?;
@@ -150,12 +186,32 @@ fn read_all(brokers: &str, topic: &str) -> Result<Vec<KafkaDeadLetter>, Transpor
         .filter(|t| t.name() == topic)
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
+    partitions
+        .into_iter()
+        .map(|partition| {
+            let (low, high) = consumer
+                .fetch_watermarks(topic, partition, timeout)
+                .map_err(|e| TransportError::new("reading the dead-letter topic's offsets", e))?;
+            Ok((partition, low, high))
+        })
+        .collect()
+}
+
+fn depth(brokers: &str, topic: &str) -> Result<u64, TransportError> {
+    let consumer = reader(brokers)?;
+    let extent = extent(&consumer, topic, Duration::from_secs(10))?;
+    Ok(extent
+        .into_iter()
+        .map(|(_, low, high)| u64::try_from(high - low).unwrap_or(0))
+        .sum())
+}
+
+fn read_all(brokers: &str, topic: &str) -> Result<Vec<KafkaDeadLetter>, TransportError> {
+    let consumer = reader(brokers)?;
+    let timeout = Duration::from_secs(10);
     let mut list = TopicPartitionList::new();
     let mut ends = Vec::new();
-    for partition in partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, partition, timeout)
-            .map_err(|e| TransportError::new("reading the dead-letter topic's offsets", e))?;
+    for (partition, low, high) in extent(&consumer, topic, timeout)? {
         if high > low {
             list.add_partition_offset(topic, partition, Offset::Offset(low))
                 .map_err(|e| TransportError::new("listing partitions", e))?;

@@ -256,7 +256,7 @@ impl KafkaSource {
     /// A consumer of `topology`'s topic and retry topic at `brokers` (a bootstrap list such as
     /// `127.0.0.1:9092`), in its group. The topics must exist
     /// ([`KafkaTopology::declare`]). A group without a committed offset starts at the earliest
-    /// unit.
+    /// unit. Call it within a Tokio runtime: the periodic commit runs as a task of its own.
     pub fn connect(brokers: &str, topology: KafkaTopology) -> Result<Self, TransportError> {
         Self::connect_with(brokers, topology, |_| {})
     }
@@ -316,7 +316,13 @@ impl KafkaSource {
             dead_letter_topic: topology.dead_letter_topic_name().into(),
             bound: topology.delivery_bound(),
         });
-        tokio::spawn(commit_periodically(
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
+            TransportError::new(
+                "starting the Kafka commit task (call within a Tokio runtime)",
+                e,
+            )
+        })?;
+        runtime.spawn(commit_periodically(
             Arc::downgrade(&shared),
             topology.commit_interval_time(),
         ));
