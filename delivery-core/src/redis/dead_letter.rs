@@ -185,9 +185,10 @@ impl RedisDeadLetters {
                 .arg("COUNT")
                 .arg(page);
             let reply: Value = self.run("reading the dead letter (XRANGE)", &range).await?;
-            let shape = entry::unexpected("XRANGE", &reply);
-            let read = entry::entries(reply)
-                .ok_or_else(|| TransportError::msg("reading the dead letter (XRANGE)", shape))?;
+            let shape = entry::Shape::of("XRANGE", &reply);
+            let read = entry::entries(reply).ok_or_else(|| {
+                TransportError::msg("reading the dead letter (XRANGE)", shape.to_string())
+            })?;
             let got = read.len();
             for read in read {
                 if let Read::Entry(entry) = read {

@@ -20,18 +20,41 @@ pub(crate) enum Read {
     Deleted(String),
 }
 
-/// A reply that does not have the shape the command documents.
-pub(crate) fn unexpected(what: &str, value: &Value) -> String {
-    let mut text = format!("{value:?}");
-    if text.len() > 200 {
-        let mut end = 200;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
+/// What a reply looked like — its kind and length, taken before it is parsed without formatting
+/// it — for the error if it does not have the shape the command documents. (Formatting every
+/// reply up front cost more than the rest of a unit's receipt.)
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    what: &'static str,
+    kind: &'static str,
+    len: Option<usize>,
+}
+
+impl Shape {
+    pub(crate) fn of(what: &'static str, value: &Value) -> Shape {
+        let (kind, len) = match value {
+            Value::Nil => ("nil", None),
+            Value::Int(_) => ("an integer", None),
+            Value::BulkString(b) => ("a bulk string", Some(b.len())),
+            Value::Array(items) => ("an array", Some(items.len())),
+            Value::Map(pairs) => ("a map", Some(pairs.len())),
+            Value::Set(items) => ("a set", Some(items.len())),
+            Value::SimpleString(_) | Value::Okay => ("a simple string", None),
+            Value::ServerError(_) => ("an error", None),
+            _ => ("another kind of value", None),
+        };
+        Shape { what, kind, len }
     }
-    format!("unexpected reply to {what}: {text}")
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unexpected reply to {}: {}", self.what, self.kind)?;
+        match self.len {
+            Some(len) => write!(f, " of {len} (not the shape the command documents)"),
+            None => write!(f, " (not the shape the command documents)"),
+        }
+    }
 }
 
 /// The bytes of a string reply.

@@ -290,9 +290,10 @@ async fn fetch(
         &read,
     )
     .await?;
-    let shape = entry::unexpected("XREADGROUP", &reply);
-    let read = entry::read_group(reply)
-        .ok_or_else(|| TransportError::msg("reading new entries (XREADGROUP)", shape))?;
+    let shape = entry::Shape::of("XREADGROUP", &reply);
+    let read = entry::read_group(reply).ok_or_else(|| {
+        TransportError::msg("reading new entries (XREADGROUP)", shape.to_string())
+    })?;
     let entries = read
         .into_iter()
         .filter_map(|read| match read {
@@ -325,9 +326,9 @@ async fn claim_pending(
         .arg("COUNT")
         .arg(shared.batch);
     let reply: Value = on_reader(CLAIM, COMMAND_TIMEOUT, reader, &claim).await?;
-    let shape = entry::unexpected("XAUTOCLAIM", &reply);
+    let shape = entry::Shape::of("XAUTOCLAIM", &reply);
     let (next, claimed) =
-        entry::auto_claim(reply).ok_or_else(|| TransportError::msg(CLAIM, shape))?;
+        entry::auto_claim(reply).ok_or_else(|| TransportError::msg(CLAIM, shape.to_string()))?;
     let mut entries = Vec::with_capacity(claimed.len());
     for read in claimed {
         match read {
@@ -366,8 +367,9 @@ async fn claim_pending(
     }
     let mut out = Vec::with_capacity(entries.len());
     for (entry, reply) in entries.into_iter().zip(counts) {
-        let shape = entry::unexpected("XPENDING", &reply);
-        let count = entry::pending_count(reply).ok_or_else(|| TransportError::msg(COUNT, shape))?;
+        let shape = entry::Shape::of("XPENDING", &reply);
+        let count = entry::pending_count(reply)
+            .ok_or_else(|| TransportError::msg(COUNT, shape.to_string()))?;
         let Some(count) = count else {
             // Acknowledged or claimed by another consumer since: not ours to deliver.
             tracing::debug!(stream = %shared.stream, entry.id = %entry.id, "claimed entry no longer pending for this consumer");
