@@ -51,34 +51,10 @@ async fn handle(
     Ok(())
 }
 
-/// The group's committed offset of partition 0 of `topic`, as the broker has it.
-async fn committed(topic: &str, group: &str) -> Option<i64> {
-    let (topic, group) = (topic.to_owned(), group.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        list.add_partition(&topic, 0);
-        let offsets = reader
-            .committed_offsets(list, Duration::from_secs(10))
-            .unwrap();
-        match offsets.find_partition(&topic, 0).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => Some(o),
-            _ => None,
-        }
-    })
-    .await
-    .unwrap()
-}
-
 async fn wait_committed(topic: &str, group: &str, want: i64) -> Option<i64> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let now = committed(topic, group).await;
+        let now = committed_at(topic, group, 0).await;
         if now == Some(want) || tokio::time::Instant::now() > deadline {
             return now;
         }
@@ -159,7 +135,7 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
     // Several commit intervals later it has not moved past the unit that is not final.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
-        committed(&topic, &group).await,
+        committed_at(&topic, &group, 0).await,
         Some(3),
         "the committed offset passed a unit whose disposition is not final"
     );
@@ -353,7 +329,7 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     }
 }
 
-/// The group's committed offset of `partition`.
+/// The group's committed offset of `partition` of `topic`, as the broker has it.
 async fn committed_at(topic: &str, group: &str, partition: i32) -> Option<i64> {
     let (topic, group) = (topic.to_owned(), group.to_owned());
     tokio::task::spawn_blocking(move || {
