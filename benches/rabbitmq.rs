@@ -3,13 +3,20 @@
 //!     cargo bench --features lapin --bench rabbitmq
 //!
 //! Publishes `BENCH_N` units (default 20000) to a fresh quorum queue and consumes them through
-//! `RabbitSource` + `Consumer` with a no-op handler, then the same through a hand-written lapin
-//! loop (manual ack after the same no-op, same prefetch); then both again with a 1 ms async effect
-//! at concurrency 32. Prints both rates and the ratio.
+//! `RabbitSource` + `Consumer` with a no-op handler, and the same through a hand-written lapin
+//! loop (manual ack after the same no-op, same prefetch); then both again with a 1 ms async
+//! effect at concurrency 32 (a quarter of the units). Each side is timed from its consumer's
+//! start (connected, `basic.consume` answered) to its last acknowledgement; the last unit's
+//! handler wakes the runtime's shutdown (no timer polls meanwhile).
+//!
+//! Each side runs `BENCH_ROUNDS` times (default 5), interleaved, the first side alternating;
+//! prints every run, the median rates and their ratio, the median of each round's ratio, and
+//! the median CPU time the bench process spent per unit (the broker's not included).
+//! `BENCH_ONLY=hand|delivery` runs one side, `BENCH_CONCURRENCY=1|32` one case (for profiling).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delivery::lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -20,10 +27,16 @@ use delivery::lapin::{BasicProperties, Connection};
 use delivery::rabbitmq::{RabbitSource, RabbitTopology};
 use delivery::{Consumer, HandlerError, State, consumer};
 use futures_util::StreamExt;
+use tokio::sync::Notify;
+
+mod support;
+use support::{Run, env_or, measure, median, rates};
 
 #[derive(Clone)]
 struct Bench {
     done: Arc<AtomicU64>,
+    target: u64,
+    finished: Arc<Notify>,
     effect: Duration,
 }
 
@@ -32,7 +45,9 @@ async fn handle(State(bench): State<Bench>) -> Result<(), HandlerError> {
     if !bench.effect.is_zero() {
         tokio::time::sleep(bench.effect).await;
     }
-    bench.done.fetch_add(1, Ordering::Relaxed);
+    if bench.done.fetch_add(1, Ordering::Relaxed) + 1 == bench.target {
+        bench.finished.notify_one();
+    }
     Ok(())
 }
 
@@ -82,28 +97,28 @@ async fn through_transport(
     n: u64,
     concurrency: usize,
     effect: Duration,
-) -> f64 {
+) -> Run {
     fresh(topology, n).await;
-    let done = Arc::new(AtomicU64::new(0));
+    let bench = Bench {
+        done: Arc::new(AtomicU64::new(0)),
+        target: n,
+        finished: Arc::new(Notify::new()),
+        effect,
+    };
+    let finished = bench.finished.clone();
     let source = RabbitSource::connect(url(), topology.clone())
         .await
         .unwrap();
-    let start = Instant::now();
-    let watch = done.clone();
-    Consumer::new(source)
-        .state(Bench {
-            done: done.clone(),
-            effect,
-        })
-        .concurrency(concurrency)
-        .shutdown_on(async move {
-            while watch.load(Ordering::Relaxed) < n {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .run(handle)
-        .await;
-    n as f64 / start.elapsed().as_secs_f64()
+    measure(n, async {
+        let report = Consumer::new(source)
+            .state(bench)
+            .concurrency(concurrency)
+            .shutdown_on(async move { finished.notified().await })
+            .run(handle)
+            .await;
+        assert_eq!(report.acked, n);
+    })
+    .await
 }
 
 async fn hand_written(
@@ -111,7 +126,7 @@ async fn hand_written(
     n: u64,
     concurrency: usize,
     effect: Duration,
-) -> f64 {
+) -> Run {
     fresh(topology, n).await;
     let connection = Connection::connect(&url(), Default::default())
         .await
@@ -129,39 +144,75 @@ async fn hand_written(
         )
         .await
         .unwrap();
-    let start = Instant::now();
-    consumer
-        .take(n as usize)
-        .for_each_concurrent(concurrency, |delivery| async move {
-            let delivery = delivery.unwrap();
-            if !effect.is_zero() {
-                tokio::time::sleep(effect).await;
-            }
-            assert!(delivery.ack(BasicAckOptions::default()).await.unwrap());
-        })
-        .await;
-    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let run = measure(n, async {
+        consumer
+            .take(n as usize)
+            .for_each_concurrent(concurrency, |delivery| async move {
+                let delivery = delivery.unwrap();
+                if !effect.is_zero() {
+                    tokio::time::sleep(effect).await;
+                }
+                assert!(delivery.ack(BasicAckOptions::default()).await.unwrap());
+            })
+            .await;
+    })
+    .await;
     let _ = connection.close(200, "ok".into()).await;
-    rate
+    run
 }
 
 #[tokio::main]
 async fn main() {
-    let n: u64 = std::env::var("BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let n: u64 = env_or("BENCH_N", 20_000);
+    let rounds: usize = env_or("BENCH_ROUNDS", 5).max(1);
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let topology = RabbitTopology::new(format!("bench-{}", std::process::id())).prefetch(64);
     for (label, concurrency, effect) in [
         ("no-op, concurrency 1", 1, Duration::ZERO),
         ("1 ms effect, concurrency 32", 32, Duration::from_millis(1)),
     ] {
+        if std::env::var("BENCH_CONCURRENCY").is_ok_and(|c| c != concurrency.to_string()) {
+            continue;
+        }
         let units = if effect.is_zero() { n } else { n / 4 };
-        let hand = hand_written(&topology, units, concurrency, effect).await;
-        let ours = through_transport(&topology, units, concurrency, effect).await;
+        let (mut hand, mut ours) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            // Which side goes first alternates, so a drift of the machine's load favours neither.
+            for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+                if side == 0 && only != "delivery" {
+                    hand.push(hand_written(&topology, units, concurrency, effect).await);
+                }
+                if side == 1 && only != "hand" {
+                    ours.push(through_transport(&topology, units, concurrency, effect).await);
+                }
+            }
+        }
         println!(
-            "{label}: {units} units; hand-written lapin {hand:.0}/s, delivery {ours:.0}/s, ratio {:.3}",
-            ours / hand
+            "{label}: runs hand-written [{}], delivery [{}]",
+            rates(&hand),
+            rates(&ours)
+        );
+        if hand.is_empty() || ours.is_empty() {
+            continue;
+        }
+        let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
+        let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.cpu_us).collect());
+        let (hand_rate, ours_rate) = (rate(&hand), rate(&ours));
+        // Each round's two runs ran back to back, under about the same load.
+        let paired = median(
+            hand.iter()
+                .zip(&ours)
+                .map(|(h, o)| o.rate / h.rate)
+                .collect(),
+        );
+        println!(
+            "{label}: {units} units; hand-written lapin {hand_rate:.0}/s, delivery {ours_rate:.0}/s, ratio {:.3} (median of the rounds' ratios {paired:.3})",
+            ours_rate / hand_rate
+        );
+        println!(
+            "{label}: client CPU per unit (median) hand-written {:.1} µs, delivery {:.1} µs",
+            cpu(&hand),
+            cpu(&ours)
         );
     }
     let connection = Connection::connect(&url(), Default::default())

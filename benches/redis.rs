@@ -25,7 +25,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use delivery::redis::{RedisSource, RedisTopology};
 use delivery::{Consumer, HandlerError, State, consumer};
@@ -34,6 +34,9 @@ use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use tokio::sync::Notify;
+
+mod support;
+use support::{Run, env_or, measure, median, rates};
 
 const BATCH: usize = 32;
 
@@ -92,40 +95,6 @@ async fn fresh(topology: &RedisTopology, n: u64) {
         }
         let _: () = pipe.query_async(&mut redis).await.unwrap();
         i += 1000;
-    }
-}
-
-/// A run's units per second and the process's CPU time per unit, in microseconds.
-#[derive(Clone, Copy)]
-struct Run {
-    rate: f64,
-    cpu_us: f64,
-}
-
-/// The CPU time this process's threads have used so far (the first field of each thread's
-/// `/proc/self/task/*/schedstat`, in nanoseconds; the runtime's threads live as long as the
-/// bench); `None` where that is not readable.
-fn cpu_time() -> Option<Duration> {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
-        total += stat.split(' ').next()?.parse::<u64>().ok()?;
-    }
-    Some(Duration::from_nanos(total))
-}
-
-/// Measures `consume` (which must consume all `n` units).
-async fn measure<F: std::future::Future<Output = ()>>(n: u64, consume: F) -> Run {
-    let (cpu_before, start) = (cpu_time(), Instant::now());
-    consume.await;
-    let elapsed = start.elapsed();
-    let cpu = match (cpu_before, cpu_time()) {
-        (Some(before), Some(after)) => (after - before).as_secs_f64(),
-        _ => f64::NAN,
-    };
-    Run {
-        rate: n as f64 / elapsed.as_secs_f64(),
-        cpu_us: cpu * 1e6 / n as f64,
     }
 }
 
@@ -241,18 +210,6 @@ async fn hand_written_loop(
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 #[tokio::main]
 async fn main() {
     let n: u64 = env_or("BENCH_N", 20_000);
@@ -282,16 +239,10 @@ async fn main() {
                 }
             }
         }
-        let runs = |runs: &[Run]| {
-            runs.iter()
-                .map(|r| format!("{:.0}", r.rate))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         println!(
             "{label}: runs hand-written [{}], delivery [{}]",
-            runs(&hand),
-            runs(&ours)
+            rates(&hand),
+            rates(&ours)
         );
         let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
         let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.cpu_us).collect());
