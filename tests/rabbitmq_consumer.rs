@@ -7,6 +7,8 @@
 mod orders;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/rabbitmq.rs"]
+mod rabbitmq;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -2,30 +2,23 @@
 //! consuming, redrive one unit under the same message id.
 #![cfg(feature = "lapin")]
 
-use delivery::ReasonKind;
-use delivery::lapin::options::{BasicGetOptions, QueueDeleteOptions};
-use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
-use delivery::lapin::{BasicProperties, Connection};
-use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
+#[path = "support/process.rs"]
+mod process;
+#[path = "support/rabbitmq.rs"]
+mod rabbitmq;
 
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
+use delivery::ReasonKind;
+use delivery::lapin::BasicProperties;
+use delivery::lapin::options::BasicGetOptions;
+use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
+use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
+use process::amqp_url;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peek_leaves_units_and_redrive_moves_one_under_its_id() {
     let url = amqp_url();
     let topology = RabbitTopology::new(format!("rmq-dlq-{}", std::process::id()));
-    let connection = Connection::connect(&url, Default::default())
-        .await
-        .unwrap_or_else(|e| panic!("RabbitMQ unreachable at {url}: {e}"));
-    for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
-        let ch = connection.create_channel().await.unwrap();
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    delivery::rabbitmq::declare(&url, &topology).await.unwrap();
+    let connection = rabbitmq::fresh(&url, &topology).await;
     let publisher = ConfirmedPublisher::new(url.as_str());
     for id in ["d-1", "d-2"] {
         let mut headers = FieldTable::default();
@@ -102,11 +95,10 @@ async fn peek_leaves_units_and_redrive_moves_one_under_its_id() {
         "bookkeeping headers go: {headers:?}"
     );
 
-    for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
-        let ch = connection.create_channel().await.unwrap();
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
     publisher.close().await;
 }

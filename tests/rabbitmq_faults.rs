@@ -14,6 +14,8 @@
 mod orders;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/rabbitmq.rs"]
+mod rabbitmq;
 
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use delivery::lapin::options::QueueDeleteOptions;
-use delivery::lapin::{BasicProperties, Connection};
+use delivery::lapin::BasicProperties;
 use delivery::rabbitmq::{ConfirmedPublisher, DeadLetterRecord, RabbitDeadLetters, RabbitTopology};
 // Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
 use crate::process::{amqp_url, database_url, example_binary};
+use crate::rabbitmq;
 
 pub struct Env {
     pub database_url: String,
@@ -43,19 +43,8 @@ impl Env {
         .await
         .unwrap();
         let topology = RabbitTopology::new(&queue).delivery_limit(delivery_limit);
-        let connection = Connection::connect(&amqp_url(), Default::default())
-            .await
-            .unwrap_or_else(|e| panic!("RabbitMQ unreachable at {}: {e}", amqp_url()));
-        for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
-            let ch = connection.create_channel().await.unwrap();
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
+        let connection = rabbitmq::fresh(&amqp_url(), &topology).await;
         let _ = connection.close(200, "ok".into()).await;
-        delivery::rabbitmq::declare(&amqp_url(), &topology)
-            .await
-            .unwrap();
         Env {
             database_url,
             publisher: ConfirmedPublisher::new(amqp_url()),
@@ -141,23 +130,10 @@ impl Env {
 
     /// Messages ready in the queue, and consumers subscribed to it.
     pub async fn queue_counts(&self) -> (u64, u64) {
-        let connection = Connection::connect(&amqp_url(), Default::default())
-            .await
-            .unwrap();
-        let ch = connection.create_channel().await.unwrap();
-        let q = ch
-            .queue_declare(
-                self.queue.as_str().into(),
-                delivery::lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                Default::default(),
-            )
-            .await
-            .unwrap();
+        let connection = rabbitmq::connect(&amqp_url()).await;
+        let counts = rabbitmq::queue_counts(&connection, &self.queue).await;
         let _ = connection.close(200, "ok".into()).await;
-        (u64::from(q.message_count()), u64::from(q.consumer_count()))
+        counts
     }
 
     pub async fn cleanup(self) {
@@ -167,18 +143,15 @@ impl Env {
         )))
         .execute(&self.db)
         .await;
-        let connection = Connection::connect(&amqp_url(), Default::default())
-            .await
-            .unwrap();
-        for q in [
-            self.topology.queue.clone(),
-            self.topology.dead_letter_queue_name(),
-        ] {
-            let ch = connection.create_channel().await.unwrap();
-            let _ = ch
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
-        }
+        let connection = rabbitmq::connect(&amqp_url()).await;
+        rabbitmq::delete_queues(
+            &connection,
+            [
+                self.topology.queue.as_str(),
+                &self.topology.dead_letter_queue_name(),
+            ],
+        )
+        .await;
         self.publisher.close().await;
     }
 }

@@ -13,10 +13,25 @@ use crate::transport::TransportError;
 ///
 /// It keeps its own connection (publishing and consuming on separate connections, so flow control
 /// on one never stalls the other), opened on first use and reopened after a failure.
+///
+/// **One publish in flight per channel.** AMQP does not say which publish a `basic.return`
+/// belongs to: lapin hands it to whichever confirm it settles next, and a `basic.ack` with
+/// `multiple` settles several in no set order. With two publishes in flight on one channel, one
+/// to a missing queue, the missing queue's publish could be reported confirmed — and the unit it
+/// carried acknowledged and lost. So each publish takes a channel of its own from a pool (opening
+/// one when none is idle) and gives it back after its confirm; concurrent publishes use
+/// concurrent channels.
 #[derive(Clone)]
 pub struct ConfirmedPublisher {
     url: Arc<str>,
-    channel: Arc<Mutex<Option<(Connection, Channel)>>>,
+    pool: Arc<Mutex<Pool>>,
+}
+
+#[derive(Default)]
+struct Pool {
+    connection: Option<Connection>,
+    /// Channels in confirm mode with no publish in flight.
+    idle: Vec<Channel>,
 }
 
 impl std::fmt::Debug for ConfirmedPublisher {
@@ -30,20 +45,29 @@ impl ConfirmedPublisher {
     pub fn new(url: impl Into<Arc<str>>) -> Self {
         ConfirmedPublisher {
             url: url.into(),
-            channel: Arc::new(Mutex::new(None)),
+            pool: Arc::new(Mutex::new(Pool::default())),
         }
     }
 
-    async fn channel(&self) -> Result<Channel, TransportError> {
-        let mut slot = self.channel.lock().await;
-        if let Some((connection, channel)) = slot.as_ref()
-            && connection.status().connected()
-            && channel.status().connected()
+    /// An idle channel, or a new one (on a new connection if the old one is gone).
+    async fn take(&self) -> Result<Channel, TransportError> {
+        let mut pool = self.pool.lock().await;
+        let pool = &mut *pool;
+        if !pool
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.status().connected())
         {
-            return Ok(channel.clone());
+            pool.idle.clear();
+            pool.connection = None;
+            pool.connection = Some(super::connect(&self.url).await?);
         }
-        *slot = None;
-        let connection = super::connect(&self.url).await?;
+        while let Some(channel) = pool.idle.pop() {
+            if channel.status().connected() {
+                return Ok(channel);
+            }
+        }
+        let connection = pool.connection.as_ref().expect("connected above");
         let channel = connection
             .create_channel()
             .await
@@ -52,12 +76,12 @@ impl ConfirmedPublisher {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(|e| TransportError::new("enabling publisher confirms", e))?;
-        *slot = Some((connection, channel.clone()));
         Ok(channel)
     }
 
-    async fn forget(&self) {
-        *self.channel.lock().await = None;
+    /// Gives back a channel whose publish was settled.
+    async fn give_back(&self, channel: Channel) {
+        self.pool.lock().await.idle.push(channel);
     }
 
     /// Publishes `body` with `properties` to `queue` through the default exchange, and waits for
@@ -68,7 +92,7 @@ impl ConfirmedPublisher {
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<(), TransportError> {
-        let channel = self.channel().await?;
+        let channel = self.take().await?;
         let confirm = match channel
             .basic_publish(
                 "".into(),
@@ -83,41 +107,45 @@ impl ConfirmedPublisher {
             .await
         {
             Ok(confirm) => confirm,
+            // The channel is not given back: a later publish opens a fresh one.
+            Err(error) => return Err(TransportError::new("publishing", error)),
+        };
+        let confirmation = match confirm.await {
+            Ok(confirmation) => confirmation,
             Err(error) => {
-                self.forget().await;
-                return Err(TransportError::new("publishing", error));
+                return Err(TransportError::new(
+                    "waiting for the publisher confirm",
+                    error,
+                ));
             }
         };
-        match confirm.await {
-            Ok(Confirmation::Ack(None)) => Ok(()),
-            Ok(Confirmation::Ack(Some(returned))) => Err(TransportError::msg(
+        // Settled, and no return can be waiting for a later publish: the channel may be reused.
+        self.give_back(channel).await;
+        match confirmation {
+            Confirmation::Ack(None) => Ok(()),
+            Confirmation::Ack(Some(returned)) => Err(TransportError::msg(
                 "publishing",
                 format!(
                     "the broker returned the unit as unroutable to `{queue}` ({} {}): does the queue exist?",
                     returned.reply_code, returned.reply_text
                 ),
             )),
-            Ok(Confirmation::Nack(_)) => Err(TransportError::msg(
+            Confirmation::Nack(_) => Err(TransportError::msg(
                 "publishing",
                 format!("the broker refused the unit (basic.nack) for `{queue}`"),
             )),
-            Ok(Confirmation::NotRequested) => Err(TransportError::msg(
+            Confirmation::NotRequested => Err(TransportError::msg(
                 "publishing",
                 "the channel is not in confirm mode",
             )),
-            Err(error) => {
-                self.forget().await;
-                Err(TransportError::new(
-                    "waiting for the publisher confirm",
-                    error,
-                ))
-            }
         }
     }
 
     /// Closes the connection, if open.
     pub async fn close(&self) {
-        if let Some((connection, _)) = self.channel.lock().await.take() {
+        let mut pool = self.pool.lock().await;
+        pool.idle.clear();
+        if let Some(connection) = pool.connection.take() {
             let _ = connection.close(200, "closing".into()).await;
         }
     }
