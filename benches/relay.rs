@@ -25,6 +25,9 @@ use delivery::outbox::{Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record,
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Row};
 
+mod support;
+use support::median;
+
 const EXCHANGE: &str = "relay.bench";
 const QUEUE: &str = "relay.bench.audit";
 
@@ -256,11 +259,6 @@ async fn naive(store: &PgStore, outbox: &Outbox, channel: &Channel) -> usize {
         relayed += 1;
     }
     relayed
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 #[tokio::main]

@@ -21,6 +21,9 @@ use delivery::{Consumer, Disposition, HandlerError, Json, Settle, Source, State,
 use serde::Deserialize;
 use tokio::sync::Notify;
 
+mod support;
+use support::median;
+
 const DEFAULT_UNITS: u64 = 200_000;
 const ROUNDS: usize = 11;
 
@@ -147,11 +150,6 @@ async fn runtime_arc() -> f64 {
     let rate = units() as f64 / started.elapsed().as_secs_f64();
     assert_eq!(report.acked, units());
     rate
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -24,6 +24,9 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 
+mod support;
+use support::median;
+
 const SECRET: &str = "benchmark secret";
 const CLIENTS: usize = 32;
 const ROUND: Duration = Duration::from_secs(3);
@@ -107,11 +110,6 @@ async fn load(url: String, body: Arc<Vec<u8>>, headers: HeaderMap) -> f64 {
         task.await.unwrap();
     }
     done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -1,12 +1,15 @@
 //! The consumer loop on the paths the other runtime tests do not reach: one unit at a time with a
 //! waiting handler at the drain deadline, panics after a wait and in an extractor, several handlers
-//! waiting at once, a shutdown signal given before the first unit.
+//! waiting at once, a shutdown signal given before the first unit, failed receives.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use delivery::memory::MemoryBroker;
-use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, State, Unit, consumer};
+use delivery::memory::{MemoryBroker, MemoryHandle, MemorySource};
+use delivery::{
+    Consumer, FromUnit, HandlerError, Json, Malformed, Source, State, TransportError, Unit,
+    consumer,
+};
 use tokio::sync::Notify;
 
 #[derive(Default)]
@@ -199,5 +202,87 @@ async fn a_signal_already_given_stops_before_any_unit() {
             .await;
         assert_eq!(report, delivery::Report::default());
         assert_eq!(broker.depth("q"), 1);
+    }
+}
+
+/// The in-memory queue behind a connection that fails its first `failures` receives.
+struct Flaky {
+    inner: MemorySource,
+    failures: u32,
+}
+
+impl Source for Flaky {
+    type Handle = MemoryHandle;
+
+    async fn receive(&mut self) -> Result<Option<(Unit, MemoryHandle)>, TransportError> {
+        if self.failures > 0 {
+            self.failures -= 1;
+            return Err(TransportError::msg("receiving", "connection refused"));
+        }
+        self.inner.receive().await
+    }
+
+    fn name(&self) -> &str {
+        "flaky"
+    }
+}
+
+#[consumer]
+async fn add(State(app): State<Arc<App>>, Json(n): Json<u32>) -> Result<(), HandlerError> {
+    app.applied.fetch_add(n, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_receives_are_waited_out_with_a_growing_backoff_both_ways() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        broker.publish("q", Unit::new("a", "5"));
+        broker.publish("q", Unit::new("b", "7"));
+        let app = Arc::new(App::default());
+        let started = tokio::time::Instant::now();
+        let report = Consumer::new(Flaky {
+            inner: broker.consume("q"),
+            failures: 3,
+        })
+        .state(app.clone())
+        .concurrency(concurrency)
+        .shutdown_on(broker.idle("q"))
+        .run(add)
+        .await;
+        assert_eq!(report.acked, 2, "concurrency {concurrency}");
+        assert_eq!(app.applied.load(Ordering::SeqCst), 12);
+        // 100, 200 and 400 ms after the three failures in a row.
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(700),
+            "concurrency {concurrency}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_during_a_failed_receive_s_wait_stops_the_loop_both_ways() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        broker.publish("q", Unit::new("a", "5"));
+        let app = Arc::new(App::default());
+        let started = tokio::time::Instant::now();
+        let report = Consumer::new(Flaky {
+            inner: broker.consume("q"),
+            failures: u32::MAX,
+        })
+        .state(app.clone())
+        .concurrency(concurrency)
+        .shutdown_on(tokio::time::sleep(Duration::from_millis(250)))
+        .run(add)
+        .await;
+        assert_eq!(report, delivery::Report::default());
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(250),
+            "concurrency {concurrency}"
+        );
+        assert_eq!(broker.depth("q"), 1, "the unit stays queued");
     }
 }

@@ -149,6 +149,10 @@ impl<Src: Source, S> Consumer<Src, S> {
     }
 
     /// Runs `handler` until the shutdown signal or the end of the source, and reports what it did.
+    ///
+    /// A failed receive (the broker unreachable, a connection being reopened) is logged and
+    /// tried again after 100 ms, doubling with each failure in a row up to 6.4 s; the shutdown
+    /// signal is watched meanwhile.
     pub async fn run<H>(self, handler: H) -> Report
     where
         H: Handler<S>,

@@ -88,26 +88,15 @@ async fn one_at_a_time<Src, S, H>(
     Src: Source,
     H: Handler<S>,
 {
-    // The first iteration looks at the shutdown signal at once: a signal future such as
-    // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal arriving
-    // before that would kill the process instead of stopping it.
-    let mut since_shutdown_check = SHUTDOWN_CHECK_EVERY - 1;
-    let mut receive_failures = 0u32;
-    // After a failed receive, the wait before the next one. (Waited here, at the top, so that no
-    // received value is held across it: the loop's state stays small.)
-    let mut retry_in = None;
+    let mut pace = Pace::new();
     loop {
-        if let Some(wait) = retry_in.take()
+        if let Some(wait) = pace.retry_in.take()
             && !sleep_unless_shutdown(wait, shutdown).await
         {
             break;
         }
-        since_shutdown_check += 1;
-        if since_shutdown_check >= SHUTDOWN_CHECK_EVERY {
-            since_shutdown_check = 0;
-            if (&mut *shutdown).now_or_never().is_some() {
-                break;
-            }
+        if pace.signalled(shutdown) {
+            break;
         }
         // The receive is polled first, directly; only when it waits is the signal watched. (The
         // block ends the received value's scope before the next wait, so the loop's state does
@@ -124,13 +113,12 @@ async fn one_at_a_time<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    receive_failures = receive_failures.saturating_add(1);
-                    retry_in = Some(receive_failed(source, receive_failures, &error));
+                    pace.receive_failed(source, &error);
                     continue;
                 }
             }
         };
-        receive_failures = 0;
+        pace.receive_failures = 0;
 
         let mut stopping = false;
         let make = || env.handler.call(&unit, env.state);
@@ -182,24 +170,15 @@ async fn several_at_once<Src, S, H>(
     let abandon = CancellationToken::new();
     let mut inflight = FuturesUnordered::new();
     let mut slot = Box::pin(None);
-    // As one at a time: the signal is looked at on the first iteration.
-    let mut since_shutdown_check = SHUTDOWN_CHECK_EVERY - 1;
-    let mut receive_failures = 0u32;
-    // After a failed receive, the wait before the next one. (Waited here, at the top, so that no
-    // received value is held across it: the loop's state stays small.)
-    let mut retry_in = None;
+    let mut pace = Pace::new();
     loop {
-        if let Some(wait) = retry_in.take()
+        if let Some(wait) = pace.retry_in.take()
             && !sleep_unless_shutdown(wait, shutdown).await
         {
             break;
         }
-        since_shutdown_check += 1;
-        if since_shutdown_check >= SHUTDOWN_CHECK_EVERY {
-            since_shutdown_check = 0;
-            if (&mut *shutdown).now_or_never().is_some() {
-                break;
-            }
+        if pace.signalled(shutdown) {
+            break;
         }
         // With nothing in flight, the receive is polled first, directly, as one at a time does;
         // otherwise units in flight finishing come first.
@@ -225,13 +204,12 @@ async fn several_at_once<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    receive_failures = receive_failures.saturating_add(1);
-                    retry_in = Some(receive_failed(source, receive_failures, &error));
+                    pace.receive_failed(source, &error);
                     continue;
                 }
             }
         };
-        receive_failures = 0;
+        pace.receive_failures = 0;
         slot.set(Some(process(unit, handle, env, &abandon)));
         let run = slot
             .as_mut()
@@ -288,17 +266,51 @@ impl<F: Future> Future for InFlight<F> {
     }
 }
 
-/// Logs a failed receive (the `receive_failures`th in a row) and says how long to wait before the
-/// next: a backoff growing with the failures in a row.
-fn receive_failed<Src: Source>(
-    source: &Src,
+/// Both loops' pace between units: the shutdown signal is looked at once every
+/// [`SHUTDOWN_CHECK_EVERY`] units (and watched whenever the loop waits), and a failed receive is
+/// followed by a wait growing with the failures in a row.
+struct Pace {
+    since_shutdown_check: u32,
     receive_failures: u32,
-    error: &TransportError,
-) -> Duration {
-    let wait = Duration::from_millis(100u64 << receive_failures.min(6));
-    tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
-        "receiving failed");
-    wait
+    /// After a failed receive, the wait before the next one. (Waited at the top of the loop, so
+    /// that no received value is held across it: the loop's state stays small. Awaited by the
+    /// loop itself, not in a method of this: an `async fn` here was not inlined.)
+    retry_in: Option<Duration>,
+}
+
+impl Pace {
+    fn new() -> Self {
+        Pace {
+            // The first iteration looks at the shutdown signal at once: a signal future such as
+            // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal
+            // arriving before that would kill the process instead of stopping it.
+            since_shutdown_check: SHUTDOWN_CHECK_EVERY - 1,
+            receive_failures: 0,
+            retry_in: None,
+        }
+    }
+
+    /// Whether the shutdown signal came, looked at once every [`SHUTDOWN_CHECK_EVERY`] calls.
+    #[inline(always)]
+    fn signalled(&mut self, shutdown: &mut Shutdown) -> bool {
+        self.since_shutdown_check += 1;
+        if self.since_shutdown_check < SHUTDOWN_CHECK_EVERY {
+            return false;
+        }
+        self.since_shutdown_check = 0;
+        (&mut *shutdown).now_or_never().is_some()
+    }
+
+    /// Logs a failed receive and sets the wait before the next: 100 ms after the first failure
+    /// in a row, doubling up to 6.4 s.
+    #[cold]
+    fn receive_failed<Src: Source>(&mut self, source: &Src, error: &TransportError) {
+        self.receive_failures = self.receive_failures.saturating_add(1);
+        let wait = Duration::from_millis(100u64 << (self.receive_failures - 1).min(6));
+        tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
+            "receiving failed");
+        self.retry_in = Some(wait);
+    }
 }
 
 /// Sleeps `wait`; `false` when the shutdown signal came first.
