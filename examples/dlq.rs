@@ -10,6 +10,9 @@
 //! its source queue under the same message id, confirmed by the broker before the dead-letter copy
 //! is acknowledged.
 
+#[path = "support/env.rs"]
+mod env;
+
 use delivery::rabbitmq::{DeadLetterRecord, RabbitDeadLetters, RabbitTopology};
 
 fn usage() -> ! {
@@ -28,10 +31,13 @@ fn summary(d: &DeadLetterRecord) -> String {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    let queue = std::env::var("QUEUE").unwrap_or_else(|_| "orders".into());
+async fn main() {
+    env::exit_on_error(run().await);
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let url = env::env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
+    let queue = env::env_or("QUEUE", "orders");
     let dead = RabbitDeadLetters::new(url.as_str(), &RabbitTopology::new(queue));
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args

@@ -85,7 +85,11 @@ async fn apply_order(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() {
+    env::exit_on_error(run().await);
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let shutdown = shutdown_signal();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -33,6 +33,10 @@ use delivery::outbox::{NewRecord, Outbox, PgStore, Record, Relayer};
 use delivery::{HandlerError, Receipt, State, relay};
 use sqlx::postgres::PgPoolOptions;
 
+#[path = "support/env.rs"]
+mod env;
+use env::{env_num, env_or, exit_on_error, shutdown_signal};
+
 const EXCHANGE: &str = "orders.events";
 const QUEUE: &str = "orders.events.audit";
 
@@ -53,33 +57,6 @@ async fn publish(record: Record, State(app): State<App>) -> Result<Receipt, Hand
     let receipt = app.sink.send(&record).await?;
     app.relayed.fetch_add(1, Ordering::Relaxed);
     Ok(receipt)
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_owned())
-}
-
-fn env_number(name: &str, default: u64) -> Result<u64, Error> {
-    match std::env::var(name) {
-        Ok(value) => Ok(value
-            .parse()
-            .map_err(|e| format!("{name}={value:?}: {e}"))?),
-        Err(_) => Ok(default),
-    }
-}
-
-/// SIGINT or SIGTERM. The handlers are installed when this is called, before anything else runs.
-fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        tracing::info!("signal received; shutting down");
-    }
 }
 
 async fn prepare(store: &PgStore) -> Result<(), Error> {
@@ -161,7 +138,11 @@ async fn declare(connection: &Connection) -> Result<(), Error> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() {
+    exit_on_error(run().await);
+}
+
+async fn run() -> Result<(), Error> {
     // First of all, so a signal during start-up stops the relay as soon as it starts.
     let shutdown = shutdown_signal();
     tracing_subscriber::fmt()
@@ -192,7 +173,7 @@ async fn main() -> Result<(), Error> {
 
     let connection = Connection::connect(&amqp_url, Default::default()).await?;
     declare(&connection).await?;
-    let window = env_number("WINDOW", 256)? as usize;
+    let window = env_num("WINDOW", 256);
     let app = App {
         sink: RabbitSink::new(connection).await?.window(window.max(1)),
         relayed: Arc::new(AtomicU64::new(0)),
@@ -223,8 +204,8 @@ async fn main() -> Result<(), Error> {
     let report = Relayer::new(store.clone())
         .state(app.clone())
         .window(window.max(1))
-        .batch(env_number("BATCH", 256)? as usize)
-        .lease(Duration::from_millis(env_number("LEASE_MS", 60_000)?))
+        .batch(env_num("BATCH", 256))
+        .lease(Duration::from_millis(env_num("LEASE_MS", 60_000)))
         .shutdown_on(shutdown)
         .run(publish)
         .await;

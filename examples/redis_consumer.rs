@@ -85,7 +85,11 @@ async fn apply_order(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn main() {
+    env::exit_on_error(run().await);
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // First of all, so a signal during start-up stops the consumer as soon as it starts.
     let shutdown = shutdown_signal();
     tracing_subscriber::fmt()
