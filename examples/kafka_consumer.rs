@@ -6,11 +6,12 @@
 //!
 //! Env: `KAFKA_BROKERS` (default `127.0.0.1:9092`), `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `TOPIC` (default `orders`), `GROUP` (default
-//! `orders-consumer`), `SESSION_TIMEOUT_MS` (how soon the group hands a crashed consumer's partitions to another; default
-//! 10000), `PARTITIONS` (default 3, for topics it creates), `MAX_DELIVERIES`
-//! (default 5), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause between the effect's commit
-//! and the handler's return, so a crash test can kill the consumer while effects are committed
-//! and their offsets are not; default 0).
+//! `orders-consumer`), `SESSION_TIMEOUT_MS` (how soon the group hands a crashed consumer's
+//! partitions to another; default 10000), `PARTITIONS` (default 3, for topics it creates),
+//! `MAX_DELIVERIES` (default 5), `MAX_WAITING` (the most returned units held in memory until due;
+//! default 10000), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause between the effect's
+//! commit and the handler's return, so a crash test can kill the consumer while effects are
+//! committed and their offsets are not; default 0).
 //!
 //! On start it creates the topics `$TOPIC`, `$TOPIC.retry` and `$TOPIC.dlq` if missing, and the
 //! `orders` and `balances` tables. Each unit is
@@ -55,6 +56,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let topology = KafkaTopology::new(&topic, group)
         .partitions(env_num("PARTITIONS", 3))
         .max_deliveries(env_num("MAX_DELIVERIES", 5))
+        .max_waiting(env_num("MAX_WAITING", 10_000))
         .session_timeout(Duration::from_millis(env_num("SESSION_TIMEOUT_MS", 10_000)));
 
     topology.declare(&brokers).await?;

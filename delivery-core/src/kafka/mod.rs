@@ -16,6 +16,16 @@
 //!   source reads the retry topic in the same group, holds each unit until it is due, and hands it
 //!   to the same handler. A failed publish is tried again with a growing pause; the unit's offset
 //!   stays where it is meanwhile, so nothing is committed past it.
+//! - **Holding back the retry topic**: returned units not yet due are held in memory, at most
+//!   [`max_waiting`](KafkaTopology::max_waiting) of them. At that many the source pauses its
+//!   retry-topic partitions, so the rest wait in the broker, and resumes them once half as many or
+//!   fewer are held; the source topic is never paused, and due units are handed out meanwhile.
+//!   librdkafka discards what it had fetched of a paused partition and not yet handed out, and
+//!   fetches again after the last unit handed out, so nothing is skipped; partitions assigned
+//!   while paused are paused as they are assigned. A unit that still arrives at the limit is held
+//!   all the same — never dropped, it holds its partition's watermark — and the retry partitions
+//!   are paused again, so the count can pass the limit by such stragglers. The count held is the
+//!   gauge `delivery_retry_waiting{source}` (`source`: the topic).
 //! - **The bound is the carried count**: [`Source::max_deliveries`](crate::Source::max_deliveries)
 //!   is the topology's [`max_deliveries`](KafkaTopology::max_deliveries), checked by the runtime
 //!   against [`HEADER_DELIVERY_COUNT`]; the first delivery from the source topic counts 1.

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -43,13 +44,19 @@ type Partition = (Log, i32);
 ///
 /// Units of the retry topic that are not due yet are held here, not handed to a handler, until
 /// their backoff has passed; they hold their partition's watermark meanwhile. If the source is
-/// dropped, or the partition revoked, they are read again from the committed offset.
+/// dropped, or the partition revoked, they are read again from the committed offset. At most
+/// [`max_waiting`](KafkaTopology::max_waiting) are held: at that many the retry topic's partitions
+/// are paused, so the rest wait in the broker, and they are resumed at half as many.
 pub struct KafkaSource {
     shared: Arc<Shared>,
     /// Returned units waiting out their backoff, earliest first.
     waiting: BinaryHeap<Reverse<Waiting>>,
     /// Assigns each waiting unit a place, so equal due times keep their arrival order.
     arrivals: u64,
+    /// At this many units waiting, the retry topic's partitions are paused.
+    max_waiting: usize,
+    /// `delivery_retry_waiting{source}`: how many units are waiting.
+    waiting_gauge: metrics::Gauge,
 }
 
 struct Waiting {
@@ -154,6 +161,15 @@ impl Book {
         lock(&self.state).generations.get(&partition) == Some(&generation)
     }
 
+    /// The retry topic's partitions in `list`.
+    fn retry_partitions(&self, list: &TopicPartitionList) -> TopicPartitionList {
+        let mut retry = TopicPartitionList::new();
+        for element in list.elements_for_topic(&self.retry_topic) {
+            retry.add_partition(&self.retry_topic, element.partition());
+        }
+        retry
+    }
+
     /// The disposition of the unit at `offset` is final.
     fn finish(&self, partition: Partition, offset: u64, generation: u64) {
         let mut state = lock(&self.state);
@@ -233,9 +249,17 @@ impl Book {
     }
 }
 
-/// The consumer's context: commits on revocation.
+/// The consumer's context: commits on revocation, and keeps newly assigned retry-topic partitions
+/// paused or running as the source wants them.
+///
+/// Its callbacks run inside the consumer's poll, so within [`KafkaSource::receive`] (or when the
+/// consumer is dropped), never concurrently with the source's own pausing and resuming.
 struct Context {
     book: Arc<Book>,
+    /// The source holds its retry-topic partitions paused (it holds `max_waiting` units).
+    retry_paused: AtomicBool,
+    /// Partitions were revoked since the source last looked: units it holds of them are stale.
+    revoked: AtomicBool,
 }
 
 impl ClientContext for Context {}
@@ -243,11 +267,36 @@ impl ClientContext for Context {}
 impl ConsumerContext for Context {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Revoke(list) => self.book.revoke(consumer, list),
+            Rebalance::Revoke(list) => {
+                self.book.revoke(consumer, list);
+                self.revoked.store(true, Ordering::Relaxed);
+            }
             Rebalance::Assign(list) => {
                 tracing::info!(assigned = list.count(), "partitions assigned")
             }
             Rebalance::Error(error) => tracing::warn!(%error, "rebalance failed"),
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(list) = rebalance else {
+            return;
+        };
+        let retry = self.book.retry_partitions(list);
+        if retry.count() == 0 {
+            return;
+        }
+        // A partition assigned while the source holds back the retry topic is paused before it is
+        // fetched. Otherwise it is resumed: librdkafka keeps an application's pause on a partition
+        // across its revocation and a later assignment, and nothing else would lift it.
+        let paused = self.retry_paused.load(Ordering::Relaxed);
+        let done = if paused {
+            consumer.pause(&retry)
+        } else {
+            consumer.resume(&retry)
+        };
+        if let Err(error) = done {
+            tracing::warn!(%error, paused, "pausing or resuming newly assigned retry partitions failed");
         }
     }
 }
@@ -292,7 +341,11 @@ impl KafkaSource {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
         let consumer: StreamConsumer<Context> = config
-            .create_with_context(Context { book: book.clone() })
+            .create_with_context(Context {
+                book: book.clone(),
+                retry_paused: AtomicBool::new(false),
+                revoked: AtomicBool::new(false),
+            })
             .map_err(|e| TransportError::new("creating the Kafka consumer", e))?;
         consumer
             .subscribe(&[&topic, &retry_topic])
@@ -326,10 +379,14 @@ impl KafkaSource {
             Arc::downgrade(&shared),
             topology.commit_interval_time(),
         ));
+        let waiting_gauge =
+            metrics::gauge!("delivery_retry_waiting", "source" => topology.topic.clone());
         Ok(KafkaSource {
+            waiting_gauge,
             shared,
             waiting: BinaryHeap::new(),
             arrivals: 0,
+            max_waiting: topology.waiting_limit(),
         })
     }
 
@@ -340,6 +397,69 @@ impl KafkaSource {
         tokio::task::spawn_blocking(move || shared.book.commit_owed(&shared.consumer))
             .await
             .map_err(|e| TransportError::new("committing offsets", e))?
+    }
+
+    /// The number of units waiting changed (`arrived`: by one more): keeps the gauge current, and
+    /// pauses the retry topic's partitions at `max_waiting` units, resumes them at half as many.
+    ///
+    /// An arrival at or past the limit pauses the current assignment again even if the source
+    /// already holds it paused: that unit came from a partition the pause did not cover.
+    fn waiting_changed(&mut self, arrived: bool) {
+        let held = self.waiting.len();
+        self.waiting_gauge.set(held as f64);
+        let paused = self
+            .shared
+            .consumer
+            .context()
+            .retry_paused
+            .load(Ordering::Relaxed);
+        if arrived && held >= self.max_waiting {
+            self.pause_retry(true, held);
+        } else if paused && held <= self.max_waiting / 2 {
+            self.pause_retry(false, held);
+        }
+    }
+
+    /// Pauses (or resumes) the retry topic's partitions currently assigned. librdkafka pauses
+    /// synchronously: once this returns, what it had fetched of them and not handed out is
+    /// discarded, and fetching resumes after the last unit handed out, so nothing is skipped.
+    fn pause_retry(&self, pause: bool, held: usize) {
+        let consumer = &self.shared.consumer;
+        // Waits for librdkafka's threads to apply it: a short wait, not I/O with the broker.
+        let done = consumer.assignment().and_then(|assigned| {
+            let retry = self.shared.book.retry_partitions(&assigned);
+            if retry.count() == 0 {
+                return Ok(0);
+            }
+            if pause {
+                consumer.pause(&retry)?;
+            } else {
+                consumer.resume(&retry)?;
+            }
+            Ok(retry.count())
+        });
+        match done {
+            Ok(partitions) => {
+                // Partitions assigned from now on follow suit (`Context::post_rebalance`).
+                consumer
+                    .context()
+                    .retry_paused
+                    .store(pause, Ordering::Relaxed);
+                if pause {
+                    tracing::info!(
+                        held,
+                        partitions,
+                        "retry topic paused: the most returned units are held"
+                    );
+                } else {
+                    tracing::info!(held, partitions, "retry topic resumed");
+                }
+            }
+            // Tried again the next time the count changes.
+            Err(error) => {
+                tracing::warn!(%error, pause, "pausing or resuming the retry topic failed")
+            }
+        }
     }
 
     /// The unit and handle of one message, and when it is due if it came from the retry topic.
@@ -419,17 +539,31 @@ impl Source for KafkaSource {
 
     async fn receive(&mut self) -> Result<Option<(Unit, KafkaHandle)>, TransportError> {
         loop {
+            if self
+                .shared
+                .consumer
+                .context()
+                .revoked
+                .swap(false, Ordering::Relaxed)
+            {
+                // Units of revoked partitions are the new owner's: they hold no place in the limit.
+                self.waiting.retain(|Reverse(w)| w.handle.is_current());
+                self.waiting_changed(false);
+            }
             if let Some(Reverse(first)) = self.waiting.peek()
                 && first.due <= Instant::now()
             {
                 let Some(Reverse(Waiting { unit, handle, .. })) = self.waiting.pop() else {
                     continue;
                 };
+                self.waiting_changed(false);
                 if handle.is_current() {
                     return Ok(Some((unit, handle)));
                 }
                 continue; // revoked while it waited: the new owner reads it again
             }
+            // While the retry topic is paused, units of the source topic still arrive here, and
+            // the earliest due time still wakes the source.
             let message = match self.waiting.peek() {
                 Some(Reverse(first)) => {
                     let due = first.due;
@@ -453,6 +587,7 @@ impl Source for KafkaSource {
                         unit,
                         handle,
                     }));
+                    self.waiting_changed(true);
                 }
                 _ => return Ok(Some((unit, handle))),
             }
@@ -472,6 +607,7 @@ impl Drop for KafkaSource {
     fn drop(&mut self) {
         // The runtime drops the source once its handlers are settled: commit what they finished.
         // Units still waiting are not final; they are read again from the committed offset.
+        self.waiting_gauge.set(0.0);
         if let Err(error) = self.shared.book.commit_owed(&self.shared.consumer) {
             tracing::warn!(%error, "committing offsets at shutdown failed; those units are read again");
         }

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::transport::TransportError;
 
 /// The settings of one consumed topic: its group, its retry and dead-letter topics, the bound on
-/// deliveries and how often the commit watermark is committed.
+/// deliveries, how many returned units the source holds back and how often the commit watermark is
+/// committed.
 ///
 /// Kafka keeps no delivery count, so the count travels with the unit (rule 2): a failed unit is
 /// republished to the retry topic with its count incremented, and the bound is checked against
@@ -63,6 +64,15 @@ pub struct KafkaTopology {
     /// shutdown. Default 500.
     #[serde(default = "default_commit_interval_ms")]
     pub commit_interval_ms: u64,
+    /// The most units read from the retry topic that the source holds in memory until they are
+    /// due (`0` is read as 1). When it holds this many, it pauses its retry-topic partitions, so
+    /// the rest wait in the broker, not in memory; once it holds half as many or fewer, it resumes
+    /// them. The source topic is never paused. A unit that still arrives at the limit is held all
+    /// the same, never dropped, so the count can pass the limit by such stragglers. Each held unit
+    /// costs its payload, headers and id in memory; a larger limit buys fewer pauses in a storm of
+    /// failures, a smaller one less memory. Default 10 000.
+    #[serde(default = "default_max_waiting")]
+    pub max_waiting: usize,
 }
 
 fn default_partitions() -> i32 {
@@ -85,10 +95,14 @@ fn default_commit_interval_ms() -> u64 {
     500
 }
 
+fn default_max_waiting() -> usize {
+    10_000
+}
+
 impl KafkaTopology {
     /// The topology of `topic` read by `group`, with the defaults: retry topic `<topic>.retry`,
     /// dead letter `<topic>.dlq`, 3 partitions, 1 replica, 5 deliveries, a session timeout of 10 s, a
-    /// commit every 500 ms.
+    /// commit every 500 ms, at most 10 000 returned units held.
     pub fn new(topic: impl Into<String>, group: impl Into<String>) -> Self {
         KafkaTopology {
             topic: topic.into(),
@@ -100,6 +114,7 @@ impl KafkaTopology {
             max_deliveries: default_max_deliveries(),
             session_timeout_ms: default_session_timeout_ms(),
             commit_interval_ms: default_commit_interval_ms(),
+            max_waiting: default_max_waiting(),
         }
     }
 
@@ -143,6 +158,12 @@ impl KafkaTopology {
         self
     }
 
+    /// Sets the most returned units the source holds until they are due (`0` is read as 1).
+    pub fn max_waiting(mut self, n: usize) -> Self {
+        self.max_waiting = n.max(1);
+        self
+    }
+
     /// The retry topic's name.
     pub fn retry_topic_name(&self) -> String {
         self.retry_topic
@@ -165,6 +186,11 @@ impl KafkaTopology {
     /// How often the watermark is committed.
     pub fn commit_interval_time(&self) -> Duration {
         Duration::from_millis(self.commit_interval_ms.max(1))
+    }
+
+    /// The most returned units held at once, at least 1.
+    pub fn waiting_limit(&self) -> usize {
+        self.max_waiting.max(1)
     }
 
     /// Creates the source, retry and dead-letter topics at `brokers` (a bootstrap list such as
