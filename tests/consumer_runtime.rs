@@ -204,6 +204,55 @@ async fn returning_waits_a_backoff_that_grows_with_the_count() {
     assert_eq!(started.elapsed().as_secs(), 7);
 }
 
+/// Fails its first delivery asking for no new attempt within 5 s (a downstream's 429 with
+/// `Retry-After: 5`), applies the second.
+#[consumer]
+async fn rate_limited(
+    State(app): State<App>,
+    count: DeliveryCount,
+    Json(p): Json<Payment>,
+) -> Result<(), HandlerError> {
+    app.calls
+        .lock()
+        .unwrap()
+        .push((p.payment_id.clone(), count.get()));
+    if count.get() == 1 {
+        return Err(HandlerError::retry("429 from the ledger").after(Duration::from_secs(5)));
+    }
+    app.rows.lock().unwrap().insert(p.payment_id, p.amount);
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_asking_for_a_wait_is_returned_after_the_longer_of_it_and_the_backoff() {
+    for (backoff_s, waited_s) in [(1, 5), (8, 8)] {
+        let broker = MemoryBroker::new();
+        let app = App::default();
+        broker.publish("payments", payment("p1", 10));
+        let started = tokio::time::Instant::now();
+        let report = Consumer::new(broker.consume("payments"))
+            .state(app.clone())
+            .backoff(
+                Backoff::exponential(
+                    Duration::from_secs(backoff_s),
+                    Duration::from_secs(backoff_s),
+                )
+                .without_jitter(),
+            )
+            .shutdown_on(broker.idle("payments"))
+            .run(rate_limited)
+            .await;
+        assert_eq!((report.acked, report.returned), (1, 1));
+        assert_eq!(app.rows()["p1"], 10);
+        // Time is paused: the wait before the second delivery is exact.
+        assert_eq!(
+            started.elapsed().as_secs(),
+            waited_s,
+            "backoff {backoff_s} s, asked 5 s"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_returned_unit_comes_back_behind_the_units_queued_after_it() {
     let broker = MemoryBroker::new();

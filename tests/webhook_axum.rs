@@ -102,6 +102,10 @@ async fn apply(app: &App, id: &UnitId, event: Event) -> Result<(), HandlerError>
     match event.r#type.as_str() {
         "reject" => return Err(HandlerError::reject("this event can never be applied")),
         "retry" => Err(std::io::Error::other("the database is down"))?,
+        "rate_limited" => {
+            return Err(HandlerError::retry("the ledger answered 429")
+                .after(std::time::Duration::from_millis(1500)));
+        }
         "panic" => panic!("a bug in the handler"),
         "flaky" => {
             let mut failed = app.flaky_failed.lock().unwrap();
@@ -537,6 +541,38 @@ async fn a_failed_or_panicking_handler_is_answered_503_so_the_sender_retries() {
         );
         assert_eq!(app.calls(), 4, "{endpoint:?}");
         assert_eq!(app.effects().keys().collect::<Vec<_>>(), ["evt_f"]);
+    }
+}
+
+#[tokio::test]
+async fn a_failure_asking_for_a_wait_is_answered_503_with_retry_after() {
+    for endpoint in ENDPOINTS {
+        let app = App::new();
+        let router = router(&app);
+        let response = router
+            .clone()
+            .oneshot(Delivery::event("evt_r", "rate_limited").request(endpoint))
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{endpoint:?}"
+        );
+        // 1.5 s, rounded up to whole seconds: never sooner than the handler asked.
+        assert_eq!(
+            response.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"2"[..]),
+            "{endpoint:?}"
+        );
+        assert!(app.effects().is_empty(), "{endpoint:?}");
+        // A plain failure names no wait.
+        let response = router
+            .clone()
+            .oneshot(Delivery::event("evt_q", "retry").request(endpoint))
+            .await
+            .unwrap();
+        assert_eq!(response.headers().get("retry-after"), None, "{endpoint:?}");
     }
 }
 

@@ -18,6 +18,15 @@ pub enum Outcome {
     /// A transient failure: the handler returned [`HandlerError::retry`](crate::HandlerError::retry)
     /// or an ordinary error through `?`.
     Failed(String),
+    /// A transient failure after which the handler asked for no new attempt before `after`
+    /// ([`HandlerError::after`](crate::HandlerError::after), e.g. a downstream's `Retry-After`):
+    /// returned after the longer of `after` and the backoff.
+    RetryAfter {
+        /// What failed.
+        error: String,
+        /// The earliest the unit should be tried again, from now.
+        after: Duration,
+    },
     /// The handler panicked. Treated as a transient failure: the unit is returned, never acked.
     Panicked(String),
     /// The handler refused the unit for good ([`HandlerError::reject`](crate::HandlerError::reject)).
@@ -27,6 +36,18 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What went wrong, as the handler or the runtime put it; empty for [`Outcome::Applied`].
+    pub fn error(&self) -> &str {
+        match self {
+            Outcome::Applied => "",
+            Outcome::Failed(e)
+            | Outcome::RetryAfter { error: e, .. }
+            | Outcome::Panicked(e)
+            | Outcome::Rejected(e)
+            | Outcome::Malformed(e) => e,
+        }
+    }
+
     /// The outcome of a handler that panicked with `panic` (the payload `catch_unwind` returns).
     #[cold]
     pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
@@ -240,7 +261,8 @@ impl Default for Backoff {
 /// - applied: acknowledge (also on a redelivery past the bound: the effect is there);
 /// - malformed or rejected: dead letter now, whatever the count (rule 2: never through
 ///   redeliveries it cannot pass);
-/// - failed or panicked below the bound: return after the backoff for this count;
+/// - failed or panicked below the bound: return after the backoff for this count (or after the
+///   handler's own [`after`](crate::HandlerError::after), if that is longer);
 /// - failed or panicked on the last allowed delivery (or later): dead letter as exhausted.
 ///
 /// ```
@@ -278,6 +300,7 @@ pub fn decide(
             ));
         }
         Outcome::Failed(error) => (error, "failed"),
+        Outcome::RetryAfter { error, .. } => (error, "failed"),
         Outcome::Panicked(message) => (message, "panicked"),
     };
     let max = policy.max_deliveries.get();
@@ -287,7 +310,11 @@ pub fn decide(
             format!("{what} on delivery {count} of {max}: {error}"),
         ));
     }
+    let backoff = policy.backoff.delay(count, id);
     Disposition::Return {
-        after: policy.backoff.delay(count, id),
+        after: match outcome {
+            Outcome::RetryAfter { after, .. } => backoff.max(*after),
+            _ => backoff,
+        },
     }
 }

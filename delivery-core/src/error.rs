@@ -87,7 +87,21 @@ impl HandlerError {
     }
 
     /// Asks for the next attempt no sooner than `delay` from now — a receiver's `Retry-After`.
-    /// The backoff still applies: the wait is the longer of the two. Meaningless on a reject.
+    /// The backoff still applies: a consumer returns the unit after the longer of the two, the
+    /// relay retries the record after the longer of the two, and a webhook answers 503 with a
+    /// `Retry-After` header (whole seconds, rounded up). Meaningless on a reject.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use delivery_core::{HandlerError, IntoOutcome, Outcome};
+    ///
+    /// let failed: Result<(), HandlerError> =
+    ///     Err(HandlerError::retry("429 from the ledger").after(Duration::from_secs(5)));
+    /// assert!(matches!(
+    ///     failed.into_outcome(),
+    ///     Outcome::RetryAfter { after, .. } if after == Duration::from_secs(5)
+    /// ));
+    /// ```
     pub fn after(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self

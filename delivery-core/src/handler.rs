@@ -54,7 +54,13 @@ where
 #[inline(never)]
 fn failed(error: HandlerError) -> Outcome {
     match error.kind() {
-        FailureKind::Retry => Outcome::Failed(error.to_string()),
+        FailureKind::Retry => match error.delay() {
+            None => Outcome::Failed(error.to_string()),
+            Some(after) => Outcome::RetryAfter {
+                error: error.to_string(),
+                after,
+            },
+        },
         FailureKind::Reject => Outcome::Rejected(error.to_string()),
     }
 }

@@ -46,6 +46,10 @@ fn table() {
     let panicked = || Outcome::Panicked("boom".into());
     let rejected = || Outcome::Rejected("unknown sku".into());
     let malformed = || Outcome::Malformed("not json".into());
+    let retry_after = |ms| Outcome::RetryAfter {
+        error: "429 from the downstream".into(),
+        after: Duration::from_millis(ms),
+    };
     let cases = [
         // applied: always acknowledged, even past the bound (the effect is there)
         (Outcome::Applied, 1, 5, Ack),
@@ -62,6 +66,12 @@ fn table() {
         (failed(), 12, 20, Return(30_000)),
         (panicked(), 1, 5, Return(100)),
         (panicked(), 5, 5, Dead(ReasonKind::Exhausted)),
+        // a failure that asked for a wait: the longer of the wait and the backoff, same bound
+        (retry_after(50), 1, 5, Return(100)),
+        (retry_after(5_000), 1, 5, Return(5_000)),
+        (retry_after(5_000), 4, 5, Return(5_000)),
+        (retry_after(60_000), 12, 20, Return(60_000)),
+        (retry_after(5_000), 5, 5, Dead(ReasonKind::Exhausted)),
         // permanent: straight to the dead letter, never through redeliveries
         (rejected(), 1, 5, Dead(ReasonKind::Rejected)),
         (rejected(), 4, 5, Dead(ReasonKind::Rejected)),
@@ -91,6 +101,10 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     prop_oneof![
         Just(Outcome::Applied),
         ".*".prop_map(Outcome::Failed),
+        (".*", 0u64..120_000).prop_map(|(error, ms)| Outcome::RetryAfter {
+            error,
+            after: Duration::from_millis(ms)
+        }),
         ".*".prop_map(Outcome::Panicked),
         ".*".prop_map(Outcome::Rejected),
         ".*".prop_map(Outcome::Malformed),
@@ -127,8 +141,13 @@ proptest! {
             // Transient failures: returned below the bound, dead-lettered at it (rule 2).
             (_, Disposition::Return { after }) => {
                 prop_assert!(count < max, "returned on delivery {count} of {max}");
-                prop_assert!(*after <= backoff.max());
                 let full = backoff.delay(DeliveryCount::new(count), &id);
+                if let Outcome::RetryAfter { after: asked, .. } = &outcome {
+                    // Never sooner than the handler asked, nor than the backoff.
+                    prop_assert_eq!(*after, full.max(*asked));
+                    return Ok(());
+                }
+                prop_assert!(*after <= backoff.max());
                 prop_assert_eq!(*after, full);
                 let exact = Backoff::exponential(Duration::from_millis(initial_ms), Duration::from_millis(cap_ms))
                     .without_jitter()

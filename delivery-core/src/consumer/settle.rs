@@ -120,7 +120,7 @@ fn record_other(
         Disposition::Ack => acked(unit, counters),
         Disposition::Return { after } => {
             counters.returned.increment(1);
-            let error = failure_text(outcome);
+            let error = outcome.error();
             tracing::warn!(
                 unit.id = id,
                 delivery_count = count,
@@ -148,16 +148,6 @@ fn record_other(
             );
             Settled::DeadLettered
         }
-    }
-}
-
-fn failure_text(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Applied => "",
-        Outcome::Failed(e)
-        | Outcome::Panicked(e)
-        | Outcome::Rejected(e)
-        | Outcome::Malformed(e) => e,
     }
 }
 

@@ -549,7 +549,7 @@ fn start<S, R: Relay<S>>(
         ) {
             Disposition::Return { after } => Mark::Retry {
                 id,
-                error: failure_text(&outcome).to_owned(),
+                error: outcome.error().to_owned(),
                 after: after.max(asked.unwrap_or(Duration::ZERO)),
             },
             Disposition::DeadLetter(reason) => Mark::Dead { id, reason },
@@ -562,16 +562,6 @@ fn start<S, R: Relay<S>>(
         };
         Finished { mark, attempt }
     })
-}
-
-fn failure_text(outcome: &Outcome) -> &str {
-    match outcome {
-        Outcome::Applied => "",
-        Outcome::Failed(e)
-        | Outcome::Panicked(e)
-        | Outcome::Rejected(e)
-        | Outcome::Malformed(e) => e,
-    }
 }
 
 /// Logs a written mark once and counts it: the one place a relay's outcomes are reported.

@@ -534,6 +534,25 @@ fn respond(webhook: &str, unit: &Unit, outcome: &Outcome) -> Response {
             );
             (status, "webhook delivery failed; deliver it again later")
         }
+        Outcome::RetryAfter { error, after } => {
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            // Whole seconds, rounded up: never sooner than the handler asked.
+            let seconds = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            tracing::warn!(
+                webhook,
+                unit.id = id,
+                status = status.as_u16(),
+                error = error.as_str(),
+                retry_after_s = seconds,
+                "webhook delivery failed; the sender will deliver it again, not before Retry-After"
+            );
+            return (
+                status,
+                [(axum::http::header::RETRY_AFTER, seconds.to_string())],
+                "webhook delivery failed; deliver it again after Retry-After",
+            )
+                .into_response();
+        }
         Outcome::Panicked(error) => {
             let status = StatusCode::SERVICE_UNAVAILABLE;
             tracing::error!(
