@@ -2,19 +2,18 @@
 //! 127.0.0.1:9092, or `KAFKA_BROKERS`). Fails, never skips, when the broker is unreachable.
 #![cfg(feature = "kafka")]
 
+#[path = "support/kafka.rs"]
+mod kafka_support;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use delivery::Unit;
-use delivery::kafka::client::ClientConfig;
 use delivery::kafka::client::message::{Header, OwnedHeaders};
-use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
-use delivery::kafka::{HEADER_MESSAGE_ID, KafkaDeadLetters, KafkaSource, KafkaTopology};
+use delivery::kafka::client::producer::FutureProducer;
+use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use delivery::testing::conformance::{self, DeadLettered, Fixture};
-
-fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
-}
+use kafka_support::{brokers, declare, producer_config, record, send};
 
 struct Kafka {
     brokers: String,
@@ -26,9 +25,7 @@ impl Kafka {
     fn new() -> Self {
         static RUN: AtomicU64 = AtomicU64::new(0);
         let brokers = brokers();
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("acks", "all")
+        let producer = producer_config()
             .set("message.timeout.ms", "20000")
             .create()
             .expect("a Kafka producer");
@@ -62,13 +59,7 @@ impl Fixture for Kafka {
     type Source = KafkaSource;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
-        let topology = self.topology(name).max_deliveries(max_deliveries);
-        topology.declare(&self.brokers).await.unwrap_or_else(|e| {
-            panic!(
-                "Kafka unreachable at {}: {e} (scripts/services.sh starts tansu)",
-                self.brokers
-            )
-        });
+        declare(&self.topology(name).max_deliveries(max_deliveries)).await;
     }
 
     async fn publish(&self, name: &str, unit: Unit) {
@@ -80,19 +71,16 @@ impl Fixture for Kafka {
                 value: Some(v.as_ref()),
             });
         }
-        headers = headers.insert(Header {
-            key: HEADER_MESSAGE_ID,
-            value: Some(unit.id().as_str()),
-        });
-        let record = FutureRecord::to(&topology.topic)
-            .key(unit.id().as_str())
-            .payload(unit.payload().as_ref())
-            .headers(headers);
-        self.producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .map_err(|(e, _)| e)
-            .expect("published with acks=all");
+        send(
+            &self.producer,
+            record(
+                &topology.topic,
+                unit.id().as_str(),
+                unit.payload().as_ref(),
+                headers,
+            ),
+        )
+        .await;
     }
 
     async fn consume(&self, name: &str) -> KafkaSource {

@@ -4,25 +4,23 @@
 //! The test writes into a schema of its own.
 #![cfg(feature = "kafka")]
 
+#[path = "support/kafka.rs"]
+mod kafka_support;
 #[path = "support/process.rs"]
 mod process;
 
+use kafka_support::{brokers, declare, producer, record, unique_name};
 use process::{database_url, example_binary, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use delivery::kafka::client::ClientConfig;
-use delivery::kafka::client::message::{Header, OwnedHeaders};
-use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
-use delivery::kafka::{HEADER_MESSAGE_ID, KafkaDeadLetters, KafkaTopology};
+use delivery::kafka::client::message::OwnedHeaders;
+use delivery::kafka::client::producer::FutureProducer;
+use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
 // Schema names below are this test's own (`kafka_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
-
-fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
-}
 
 const PARTITIONS: i32 = 3;
 
@@ -43,11 +41,7 @@ struct Env {
 
 impl Env {
     async fn new(name: &str) -> Env {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis();
-        let topic = format!("kafka-{name}-{}-{stamp}", std::process::id());
+        let topic = unique_name(&format!("kafka-{name}"));
         let group = format!("{topic}-consumer");
         let schema = format!("kafka_{}_{}", name.replace('-', "_"), std::process::id());
         let db = PgPool::connect(&database_url())
@@ -61,18 +55,10 @@ impl Env {
         .unwrap();
         // The example's topology, as it declares it from its environment.
         let topology = KafkaTopology::new(&topic, &group).partitions(PARTITIONS);
-        topology
-            .declare(&brokers())
-            .await
-            .unwrap_or_else(|e| panic!("Kafka unreachable at {}: {e}", brokers()));
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("acks", "all")
-            // One unit per record batch: a consumer restarted at a committed offset inside a
-            // batch gets nothing from tansu 0.6 (Kafka itself serves the batch that holds it).
-            .set("batch.num.messages", "1")
-            .create()
-            .expect("a Kafka producer");
+        declare(&topology).await;
+        // One unit per record batch: a consumer restarted at a committed offset inside a batch
+        // gets nothing from tansu 0.6 (Kafka itself serves the batch that holds it).
+        let producer = producer();
         Env {
             binary: tokio::task::spawn_blocking(|| example_binary("kafka_consumer"))
                 .await
@@ -121,15 +107,8 @@ impl Env {
     /// Publishes every `(id, body)` with the id as key and `message-id`, all awaited (`acks=all`).
     async fn publish_all(&self, units: &[(String, String)]) {
         let sends = units.iter().map(|(id, body)| {
-            let headers = OwnedHeaders::new().insert(Header {
-                key: HEADER_MESSAGE_ID,
-                value: Some(id.as_str()),
-            });
             self.producer.send(
-                FutureRecord::to(&self.topic)
-                    .key(id.as_str())
-                    .payload(body.as_str())
-                    .headers(headers),
+                record(&self.topic, id, body.as_str(), OwnedHeaders::new()),
                 Duration::from_secs(10),
             )
         });

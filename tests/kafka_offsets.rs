@@ -5,21 +5,17 @@
 //! skips, when the broker is unreachable.
 #![cfg(feature = "kafka")]
 
+#[path = "support/kafka.rs"]
+mod kafka_support;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
-use delivery::kafka::client::message::{Header, OwnedHeaders};
-use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
-use delivery::kafka::client::{ClientConfig, Offset, TopicPartitionList};
-use delivery::kafka::{HEADER_MESSAGE_ID, KafkaSource, KafkaTopology};
+use delivery::kafka::{KafkaSource, KafkaTopology};
 use delivery::{Consumer, DeliveryCount, HandlerError, Json, State, consumer};
+use kafka_support::{brokers, committed_at, declare, end_of, produce, unique_name};
 use serde::Deserialize;
-
-fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
-}
 
 #[derive(Deserialize)]
 struct Step {
@@ -65,42 +61,14 @@ async fn wait_committed(topic: &str, group: &str, want: i64) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jumps_past_the_successes()
  {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    let topic = format!("offsets-{}-{stamp}", std::process::id());
+    let topic = unique_name("offsets");
     let group = format!("{topic}-group");
     let topology = KafkaTopology::new(&topic, &group)
         .partitions(1)
         .commit_interval(Duration::from_millis(100));
-    topology
-        .declare(&brokers())
-        .await
-        .unwrap_or_else(|e| panic!("Kafka unreachable at {}: {e}", brokers()));
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("acks", "all")
-        .create()
-        .unwrap();
+    declare(&topology).await;
     // One at a time, so offset n is unit n.
-    for n in 0..10u32 {
-        let id = format!("u-{n}");
-        producer
-            .send(
-                FutureRecord::to(&topic)
-                    .payload(&format!(r#"{{"n":{n}}}"#))
-                    .key(&id)
-                    .headers(OwnedHeaders::new().insert(Header {
-                        key: HEADER_MESSAGE_ID,
-                        value: Some(id.as_str()),
-                    })),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
+    produce(&topic, "u", 10, |n| format!(r#"{{"n":{n}}}"#)).await;
 
     let log = Log::default();
     let stop = Arc::new(tokio::sync::Notify::new());
@@ -177,6 +145,17 @@ struct Member {
     gate: Arc<tokio::sync::Semaphore>,
 }
 
+impl Member {
+    /// A member whose gate is closed: it holds every unit it is handed.
+    fn holding() -> Member {
+        Member {
+            seen: Arc::default(),
+            ran: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+}
+
 #[consumer]
 async fn hold(id: delivery::UnitId, State(member): State<Member>) -> Result<(), HandlerError> {
     member.seen.lock().unwrap().push(id.to_string());
@@ -187,41 +166,14 @@ async fn hold(id: delivery::UnitId, State(member): State<Member>) -> Result<(), 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_owner_gets_them() {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    let topic = format!("rebalance-{}-{stamp}", std::process::id());
+    let topic = unique_name("rebalance");
     let group = format!("{topic}-group");
     let topology = KafkaTopology::new(&topic, &group)
         .partitions(2)
         .session_timeout(Duration::from_secs(6))
         .commit_interval(Duration::from_millis(100));
-    topology
-        .declare(&brokers())
-        .await
-        .unwrap_or_else(|e| panic!("Kafka unreachable at {}: {e}", brokers()));
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("acks", "all")
-        .create()
-        .unwrap();
-    for n in 0..20u32 {
-        let id = format!("r-{n}");
-        producer
-            .send(
-                FutureRecord::to(&topic).payload("{}").key(&id).headers(
-                    OwnedHeaders::new().insert(Header {
-                        key: HEADER_MESSAGE_ID,
-                        value: Some(id.as_str()),
-                    }),
-                ),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
+    declare(&topology).await;
+    produce(&topic, "r", 20, |_| "{}".to_owned()).await;
 
     let run = |member: Member, stop: Arc<tokio::sync::Notify>| {
         let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
@@ -236,22 +188,14 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
         })
     };
     // A takes every unit and holds them all.
-    let a = Member {
-        seen: Arc::default(),
-        ran: Arc::default(),
-        gate: Arc::new(tokio::sync::Semaphore::new(0)),
-    };
+    let a = Member::holding();
     let stop_a = Arc::new(tokio::sync::Notify::new());
     let consumer_a = run(a.clone(), stop_a.clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(a.ran.lock().unwrap().is_empty());
 
     // B joins: the group takes partitions from A while A's units are in flight.
-    let b = Member {
-        seen: Arc::default(),
-        ran: Arc::default(),
-        gate: Arc::new(tokio::sync::Semaphore::new(0)),
-    };
+    let b = Member::holding();
     let stop_b = Arc::new(tokio::sync::Notify::new());
     let consumer_b = run(b.clone(), stop_b.clone());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -327,47 +271,4 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
             "partition {partition}: committed to its end"
         );
     }
-}
-
-/// The group's committed offset of `partition` of `topic`, as the broker has it.
-async fn committed_at(topic: &str, group: &str, partition: i32) -> Option<i64> {
-    let (topic, group) = (topic.to_owned(), group.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", &group)
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        list.add_partition(&topic, partition);
-        let offsets = reader
-            .committed_offsets(list, Duration::from_secs(10))
-            .unwrap();
-        match offsets
-            .find_partition(&topic, partition)
-            .map(|e| e.offset())
-        {
-            Some(Offset::Offset(o)) => Some(o),
-            _ => None,
-        }
-    })
-    .await
-    .unwrap()
-}
-
-/// One past the last unit of `partition` (units published one at a time, so tansu reports it).
-async fn end_of(topic: &str, partition: i32) -> i64 {
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .create()
-            .unwrap();
-        reader
-            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
-            .unwrap()
-            .1
-    })
-    .await
-    .unwrap()
 }

@@ -8,22 +8,22 @@
 //! In a file of their own: these tests install a process-global metrics recorder (`peaks`).
 #![cfg(feature = "kafka")]
 
+#[path = "support/kafka.rs"]
+mod kafka_support;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use delivery::disposition::Backoff;
+use delivery::kafka::client::ClientConfig;
 use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
-use delivery::kafka::client::message::{Header, OwnedHeaders};
-use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
-use delivery::kafka::client::{ClientConfig, Offset, TopicPartitionList};
-use delivery::kafka::{HEADER_MESSAGE_ID, KafkaSource, KafkaTopology};
-use delivery::{Consumer, DeliveryCount, HandlerError, State, UnitId, consumer};
+use delivery::kafka::{KafkaSource, KafkaTopology};
+use delivery::{Consumer, DeliveryCount, HandlerError, Report, State, UnitId, consumer};
+use kafka_support::{brokers, declare, end_of, produce, unique_name};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-
-fn brokers() -> String {
-    std::env::var("KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
-}
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 
 const UNITS: usize = 40;
 const PARTITIONS: i32 = 2;
@@ -111,11 +111,7 @@ async fn fresh_topic(
     name: &str,
     configure: impl FnOnce(KafkaTopology) -> KafkaTopology,
 ) -> KafkaTopology {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis();
-    let topic = format!("{name}-{}-{stamp}", std::process::id());
+    let topic = unique_name(name);
     let topology = configure(
         KafkaTopology::new(&topic, format!("{topic}-group"))
             .partitions(PARTITIONS)
@@ -123,37 +119,32 @@ async fn fresh_topic(
             .commit_interval(Duration::from_millis(100)),
     );
     assert_eq!(topology.waiting_limit(), MAX_WAITING);
-    topology.declare(&brokers()).await.unwrap_or_else(|e| {
-        panic!(
-            "Kafka unreachable at {}: {e} (scripts/services.sh starts tansu)",
-            brokers()
-        )
-    });
+    declare(&topology).await;
     // One unit per record batch, one at a time: tansu serves nothing for a fetch starting inside
     // a batch, and reports the high watermark right only after unpipelined produces.
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("acks", "all")
-        .set("batch.num.messages", "1")
-        .create()
-        .unwrap();
-    for n in 0..UNITS {
-        let id = format!("u-{n}");
-        producer
-            .send(
-                FutureRecord::to(&topic).payload("{}").key(&id).headers(
-                    OwnedHeaders::new().insert(Header {
-                        key: HEADER_MESSAGE_ID,
-                        value: Some(id.as_str()),
-                    }),
-                ),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
+    produce(&topic, "u", UNITS, |_| "{}".to_owned()).await;
     topology
+}
+
+/// Consumes `topology` with `apply` until `stop` is notified: 16 at once, each failed unit
+/// returned with the backoff `BACKOFF`, every run recorded in `runs`.
+fn start(topology: &KafkaTopology, runs: &Runs, stop: &Arc<Notify>) -> JoinHandle<Report> {
+    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let (runs, stop) = (runs.clone(), stop.clone());
+    tokio::spawn(async move {
+        Consumer::new(source)
+            .state(runs)
+            .concurrency(16)
+            .backoff(Backoff::exponential(BACKOFF, BACKOFF).without_jitter())
+            .shutdown_on(async move { stop.notified().await })
+            .run(apply)
+            .await
+    })
+}
+
+/// The group's committed offset of each partition of `topic`, as the broker has it.
+async fn committed(topic: &str, group: &str) -> Vec<Option<i64>> {
+    kafka_support::committed(topic, group, 0..PARTITIONS).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,20 +154,8 @@ async fn the_source_holds_at_most_max_waiting_returned_units_and_the_rest_wait_i
     peaks(); // recording before the source registers its gauge
 
     let runs = Runs::default();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
-    let consumer = tokio::spawn({
-        let (runs, stop) = (runs.clone(), stop.clone());
-        async move {
-            Consumer::new(source)
-                .state(runs)
-                .concurrency(16)
-                .backoff(Backoff::exponential(BACKOFF, BACKOFF).without_jitter())
-                .shutdown_on(async move { stop.notified().await })
-                .run(apply)
-                .await
-        }
-    });
+    let stop = Arc::new(Notify::new());
+    let consumer = start(&topology, &runs, &stop);
 
     let second_runs = || {
         runs.0
@@ -261,55 +240,6 @@ async fn the_source_holds_at_most_max_waiting_returned_units_and_the_rest_wait_i
     );
 }
 
-/// The group's committed offset of each partition of `topic`, as the broker has it.
-async fn committed(topic: &str, group: &str) -> Vec<Option<i64>> {
-    let (topic, group) = (topic.to_owned(), group.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .set("group.id", &group)
-            .create()
-            .unwrap();
-        let mut list = TopicPartitionList::new();
-        for partition in 0..PARTITIONS {
-            list.add_partition(&topic, partition);
-        }
-        let offsets = reader
-            .committed_offsets(list, Duration::from_secs(10))
-            .unwrap();
-        (0..PARTITIONS)
-            .map(|partition| {
-                match offsets
-                    .find_partition(&topic, partition)
-                    .map(|e| e.offset())
-                {
-                    Some(Offset::Offset(o)) => Some(o),
-                    _ => None,
-                }
-            })
-            .collect()
-    })
-    .await
-    .unwrap()
-}
-
-/// One past the last unit of `partition` (units published one at a time, so tansu reports it).
-async fn end_of(topic: &str, partition: i32) -> i64 {
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let reader: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", brokers())
-            .create()
-            .unwrap();
-        reader
-            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
-            .unwrap()
-            .1
-    })
-    .await
-    .unwrap()
-}
-
 /// A retry partition taken away while the source held it paused, and given back once the source
 /// has resumed, is fetched again: librdkafka keeps an application's pause on a partition across
 /// its revocation and a later assignment, so the source resumes the retry partitions it is
@@ -329,20 +259,8 @@ async fn a_retry_partition_given_back_after_a_pause_is_fetched_again() {
     peaks(); // recording before the source registers its gauge
 
     let runs = Runs::default();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
-    let consumer = tokio::spawn({
-        let (runs, stop) = (runs.clone(), stop.clone());
-        async move {
-            Consumer::new(source)
-                .state(runs)
-                .concurrency(16)
-                .backoff(Backoff::exponential(BACKOFF, BACKOFF).without_jitter())
-                .shutdown_on(async move { stop.notified().await })
-                .run(apply)
-                .await
-        }
-    });
+    let stop = Arc::new(Notify::new());
+    let consumer = start(&topology, &runs, &stop);
     // A reads every unit, fails it, and holds the limit: both retry partitions paused. (Each unit
     // has failed once by then; the limit is reached within a second, far before BACKOFF.)
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
