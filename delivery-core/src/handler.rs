@@ -43,16 +43,16 @@ where
     fn into_outcome(self) -> Outcome {
         match self {
             Ok(_) => Outcome::Applied,
-            Err(error) => failed(error.into()),
+            Err(error) => outcome_of(error.into()),
         }
     }
 }
 
-/// The outcome of a handler's error, out of line: the success path stays small enough to inline
-/// into the handler's future.
+/// The outcome of a handler's error (a consumer's or a relay's), out of line: the success path
+/// stays small enough to inline into the handler's future.
 #[cold]
 #[inline(never)]
-fn failed(error: HandlerError) -> Outcome {
+pub(crate) fn outcome_of(error: HandlerError) -> Outcome {
     match error.kind() {
         FailureKind::Retry => match error.delay() {
             None => Outcome::Failed(error.to_string()),

@@ -518,27 +518,22 @@ fn start<S, R: Relay<S>>(
                 }
             }
         };
-        let (outcome, asked) = match result {
+        let outcome = match result {
             Ok(Attempt::Delivered(receipt)) if receipt.record() == record.id() => {
                 return Finished {
                     mark: Mark::Delivered(record.id().clone()),
                     attempt,
                 };
             }
-            Ok(Attempt::Delivered(receipt)) => (
-                Outcome::Failed(format!(
-                    "the receipt names record {}, not {}",
-                    receipt.record(),
-                    record.id()
-                )),
-                None,
-            ),
-            Ok(Attempt::Failed(error)) if error.is_reject() => {
-                (Outcome::Rejected(error.to_string()), None)
-            }
-            Ok(Attempt::Failed(error)) => (Outcome::Failed(error.to_string()), error.delay()),
-            Ok(Attempt::Malformed(malformed)) => (Outcome::Malformed(malformed.to_string()), None),
-            Err(outcome) => (outcome, None),
+            Ok(Attempt::Delivered(receipt)) => Outcome::Failed(format!(
+                "the receipt names record {}, not {}",
+                receipt.record(),
+                record.id()
+            )),
+            // As a consumer's handler error: a reject, or a retry (after its wait, if it asked).
+            Ok(Attempt::Failed(error)) => crate::handler::outcome_of(error),
+            Ok(Attempt::Malformed(malformed)) => Outcome::Malformed(malformed.to_string()),
+            Err(outcome) => outcome,
         };
         let id = record.id().clone();
         let mark = match decide(
@@ -550,7 +545,7 @@ fn start<S, R: Relay<S>>(
             Disposition::Return { after } => Mark::Retry {
                 id,
                 error: outcome.error().to_owned(),
-                after: after.max(asked.unwrap_or(Duration::ZERO)),
+                after,
             },
             Disposition::DeadLetter(reason) => Mark::Dead { id, reason },
             // `decide` acknowledges only an applied outcome, which is handled above.
