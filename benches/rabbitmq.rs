@@ -30,7 +30,7 @@ use futures_util::StreamExt;
 use tokio::sync::Notify;
 
 mod support;
-use support::{Run, env_or, measure, median, rates};
+use support::{Run, env_or, interleaved, measure, report, selected};
 
 #[derive(Clone)]
 struct Bench {
@@ -165,55 +165,22 @@ async fn hand_written(
 async fn main() {
     let n: u64 = env_or("BENCH_N", 20_000);
     let rounds: usize = env_or("BENCH_ROUNDS", 5).max(1);
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let topology = RabbitTopology::new(format!("bench-{}", std::process::id())).prefetch(64);
     for (label, concurrency, effect) in [
         ("no-op, concurrency 1", 1, Duration::ZERO),
         ("1 ms effect, concurrency 32", 32, Duration::from_millis(1)),
     ] {
-        if std::env::var("BENCH_CONCURRENCY").is_ok_and(|c| c != concurrency.to_string()) {
+        if !selected(concurrency) {
             continue;
         }
         let units = if effect.is_zero() { n } else { n / 4 };
-        let (mut hand, mut ours) = (Vec::new(), Vec::new());
-        for round in 0..rounds {
-            // Which side goes first alternates, so a drift of the machine's load favours neither.
-            for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
-                if side == 0 && only != "delivery" {
-                    hand.push(hand_written(&topology, units, concurrency, effect).await);
-                }
-                if side == 1 && only != "hand" {
-                    ours.push(through_transport(&topology, units, concurrency, effect).await);
-                }
-            }
-        }
-        println!(
-            "{label}: runs hand-written [{}], delivery [{}]",
-            rates(&hand),
-            rates(&ours)
-        );
-        if hand.is_empty() || ours.is_empty() {
-            continue;
-        }
-        let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
-        let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.cpu_us).collect());
-        let (hand_rate, ours_rate) = (rate(&hand), rate(&ours));
-        // Each round's two runs ran back to back, under about the same load.
-        let paired = median(
-            hand.iter()
-                .zip(&ours)
-                .map(|(h, o)| o.rate / h.rate)
-                .collect(),
-        );
-        println!(
-            "{label}: {units} units; hand-written lapin {hand_rate:.0}/s, delivery {ours_rate:.0}/s, ratio {:.3} (median of the rounds' ratios {paired:.3})",
-            ours_rate / hand_rate
-        );
-        println!(
-            "{label}: client CPU per unit (median) hand-written {:.1} µs, delivery {:.1} µs",
-            cpu(&hand),
-            cpu(&ours)
-        );
+        let (hand, ours) = interleaved(
+            rounds,
+            async || hand_written(&topology, units, concurrency, effect).await,
+            async || through_transport(&topology, units, concurrency, effect).await,
+        )
+        .await;
+        report(label, &format!("{units} units"), "lapin", &hand, &ours);
     }
     let connection = Connection::connect(&url(), Default::default())
         .await

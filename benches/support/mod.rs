@@ -41,7 +41,7 @@ pub async fn measure<F: Future<Output = ()>>(n: u64, consume: F) -> Run {
 }
 
 /// The runs' rates, for printing.
-pub fn rates(runs: &[Run]) -> String {
+fn rates(runs: &[Run]) -> String {
     runs.iter()
         .map(|r| format!("{:.0}", r.rate))
         .collect::<Vec<_>>()
@@ -59,4 +59,64 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// Whether the case at `concurrency` runs: all do, unless `BENCH_CONCURRENCY` names one.
+pub fn selected(concurrency: usize) -> bool {
+    std::env::var("BENCH_CONCURRENCY").map_or(true, |c| c == concurrency.to_string())
+}
+
+/// Runs each side `rounds` times, interleaved, the side going first alternating, so that a drift
+/// of the machine's load favours neither. `BENCH_ONLY=hand` or `BENCH_ONLY=delivery` runs one
+/// side only (for profiling). Returns the hand-written side's runs and ours.
+pub async fn interleaved(
+    rounds: usize,
+    mut hand: impl AsyncFnMut() -> Run,
+    mut ours: impl AsyncFnMut() -> Run,
+) -> (Vec<Run>, Vec<Run>) {
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let (mut hand_runs, mut our_runs) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        for side in if round % 2 == 0 { [0, 1] } else { [1, 0] } {
+            if side == 0 && only != "delivery" {
+                hand_runs.push(hand().await);
+            }
+            if side == 1 && only != "hand" {
+                our_runs.push(ours().await);
+            }
+        }
+    }
+    (hand_runs, our_runs)
+}
+
+/// Prints every run; then, when both sides ran, the median rates and their ratio, the median of
+/// the rounds' ratios (a round's two runs ran back to back, under about the same load), and the
+/// median CPU time per unit. `what` describes the work (`20000 units`), `client` the raw client.
+pub fn report(label: &str, what: &str, client: &str, hand: &[Run], ours: &[Run]) {
+    println!(
+        "{label}: runs hand-written [{}], delivery [{}]",
+        rates(hand),
+        rates(ours)
+    );
+    if hand.is_empty() || ours.is_empty() {
+        return;
+    }
+    let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
+    let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.cpu_us).collect());
+    let (hand_rate, ours_rate) = (rate(hand), rate(ours));
+    let paired = median(
+        hand.iter()
+            .zip(ours)
+            .map(|(h, o)| o.rate / h.rate)
+            .collect(),
+    );
+    println!(
+        "{label}: {what}; hand-written {client} {hand_rate:.0}/s, delivery {ours_rate:.0}/s, ratio {:.3} (median of the rounds' ratios {paired:.3})",
+        ours_rate / hand_rate
+    );
+    println!(
+        "{label}: client CPU per unit (median) hand-written {:.1} µs, delivery {:.1} µs",
+        cpu(hand),
+        cpu(ours)
+    );
 }
