@@ -28,6 +28,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;
+mod dead_letter_depth;
 pub mod disposition;
 mod error;
 pub mod extract;

@@ -89,8 +89,7 @@ impl KafkaDeadLetters {
         let depth = tokio::task::spawn_blocking(move || depth(&brokers, &topic))
             .await
             .map_err(|e| TransportError::new("reading the dead letter's depth", e))??;
-        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => self.dead_letter_topic.clone())
-            .set(depth as f64);
+        crate::dead_letter_depth::record(&self.dead_letter_topic, depth);
         Ok(depth)
     }
 
@@ -98,13 +97,9 @@ impl KafkaDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(error) = this.count().await {
-                    tracing::warn!(dead_letter = %this.dead_letter_topic, %error, "could not read the dead letter's depth");
-                }
-                tokio::time::sleep(every).await;
-            }
+        crate::dead_letter_depth::watch(self.dead_letter_topic.clone(), every, move || {
+            let this = this.clone();
+            async move { this.count().await }
         })
     }
 

@@ -123,8 +123,7 @@ impl DeadLetters {
             state.put(&dead.source, unit);
         }
         let dlq = state.dead_letter_queue(&self.source);
-        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => dlq.name().to_string())
-            .set(dlq.depth() as f64);
+        crate::dead_letter_depth::record(dlq.name(), dlq.depth() as u64);
         moved
     }
 }

@@ -141,8 +141,7 @@ impl NatsDeadLetters {
     pub async fn count(&self) -> Result<u64, TransportError> {
         let stream = self.dead_letter().await?;
         let depth = stream.cached_info().state.messages;
-        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => self.dead_letter_stream.clone())
-            .set(depth as f64);
+        crate::dead_letter_depth::record(&self.dead_letter_stream, depth);
         Ok(depth)
     }
 
@@ -150,13 +149,9 @@ impl NatsDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(error) = this.count().await {
-                    tracing::warn!(dead_letter = %this.dead_letter_stream, %error, "could not read the dead letter's depth");
-                }
-                tokio::time::sleep(every).await;
-            }
+        crate::dead_letter_depth::watch(self.dead_letter_stream.clone(), every, move || {
+            let this = this.clone();
+            async move { this.count().await }
         })
     }
 

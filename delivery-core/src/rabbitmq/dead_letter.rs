@@ -125,8 +125,7 @@ impl RabbitDeadLetters {
             .map_err(|e| TransportError::new("reading the dead letter's depth", e));
         let _ = connection.close(200, "done".into()).await;
         let depth = u64::from(queue?.message_count());
-        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => self.dead_letter_queue.clone())
-            .set(depth as f64);
+        crate::dead_letter_depth::record(&self.dead_letter_queue, depth);
         Ok(depth)
     }
 
@@ -134,13 +133,9 @@ impl RabbitDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(error) = this.count().await {
-                    tracing::warn!(dead_letter = %this.dead_letter_queue, %error, "could not read the dead letter's depth");
-                }
-                tokio::time::sleep(every).await;
-            }
+        crate::dead_letter_depth::watch(self.dead_letter_queue.clone(), every, move || {
+            let this = this.clone();
+            async move { this.count().await }
         })
     }
 

@@ -139,8 +139,7 @@ impl RedisDeadLetters {
         let depth: u64 = self
             .run("reading the dead letter's depth (XLEN)", &len)
             .await?;
-        metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => self.dead_letter_stream.clone())
-            .set(depth as f64);
+        crate::dead_letter_depth::record(&self.dead_letter_stream, depth);
         Ok(depth)
     }
 
@@ -148,13 +147,9 @@ impl RedisDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(error) = this.count().await {
-                    tracing::warn!(dead_letter = %this.dead_letter_stream, %error, "could not read the dead letter's depth");
-                }
-                tokio::time::sleep(every).await;
-            }
+        crate::dead_letter_depth::watch(self.dead_letter_stream.clone(), every, move || {
+            let this = this.clone();
+            async move { this.count().await }
         })
     }
 
