@@ -56,8 +56,13 @@ async fn extractor_panics(_e: Exploding, State(app): State<Arc<App>>) -> Result<
     Ok(())
 }
 
-#[tokio::test(start_paused = true)]
-async fn one_at_a_time_waiting_handler_is_returned_at_the_drain_deadline() {
+/// Two units queued for a consumer of concurrency 1 with a 5 s drain deadline, whose handler waits
+/// at its gate: returned once the first unit's handler is waiting and the shutdown signal given.
+async fn gated_one_at_a_time_then_stopped() -> (
+    MemoryBroker,
+    Arc<App>,
+    tokio::task::JoinHandle<delivery::Report>,
+) {
     let broker = MemoryBroker::new();
     broker.publish("q", Unit::new("a", "5"));
     broker.publish("q", Unit::new("b", "7"));
@@ -77,6 +82,12 @@ async fn one_at_a_time_waiting_handler_is_returned_at_the_drain_deadline() {
     });
     app.entered.notified().await;
     stop.notify_one();
+    (broker, app, run)
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_at_a_time_waiting_handler_is_returned_at_the_drain_deadline() {
+    let (broker, app, run) = gated_one_at_a_time_then_stopped().await;
     let report = run.await.unwrap();
     assert_eq!(report.acked, 0);
     assert_eq!(report.returned, 1);
@@ -86,25 +97,7 @@ async fn one_at_a_time_waiting_handler_is_returned_at_the_drain_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn one_at_a_time_waiting_handler_finishing_within_the_deadline_is_acked_and_the_loop_stops() {
-    let broker = MemoryBroker::new();
-    broker.publish("q", Unit::new("a", "5"));
-    broker.publish("q", Unit::new("b", "7"));
-    let app = Arc::new(App::default());
-    let stop = Arc::new(Notify::new());
-    let run = tokio::spawn({
-        let (broker, app, stop) = (broker.clone(), app.clone(), stop.clone());
-        async move {
-            Consumer::new(broker.consume("q"))
-                .state(app)
-                .concurrency(1)
-                .drain_deadline(Duration::from_secs(5))
-                .shutdown_on(async move { stop.notified().await })
-                .run(gated)
-                .await
-        }
-    });
-    app.entered.notified().await;
-    stop.notify_one();
+    let (broker, app, run) = gated_one_at_a_time_then_stopped().await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     app.gate.notify_one();
     let report = run.await.unwrap();
