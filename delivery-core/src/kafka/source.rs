@@ -539,13 +539,9 @@ impl Source for KafkaSource {
 
     async fn receive(&mut self) -> Result<Option<(Unit, KafkaHandle)>, TransportError> {
         loop {
-            if self
-                .shared
-                .consumer
-                .context()
-                .revoked
-                .swap(false, Ordering::Relaxed)
-            {
+            // Read first, swapped only when set: no locked write on every receive.
+            let revoked = &self.shared.consumer.context().revoked;
+            if revoked.load(Ordering::Relaxed) && revoked.swap(false, Ordering::Relaxed) {
                 // Units of revoked partitions are the new owner's: they hold no place in the limit.
                 self.waiting.retain(|Reverse(w)| w.handle.is_current());
                 self.waiting_changed(false);
