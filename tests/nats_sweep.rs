@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 use async_nats::HeaderMap;
 use async_nats::jetstream;
 use bytes::Bytes;
-use delivery::nats::{
-    HEADER_DEAD_LETTER_REASON, HEADER_DEAD_LETTER_SEQUENCE, HEADER_DEAD_LETTER_SOURCE,
-    HEADER_DEAD_LETTER_SUBJECT, NatsDeadLetters, NatsSource, NatsTopology, Retention,
+use delivery::headers::{
+    DEAD_LETTER_REASON as HEADER_DEAD_LETTER_REASON,
+    DEAD_LETTER_SEQUENCE as HEADER_DEAD_LETTER_SEQUENCE,
+    DEAD_LETTER_SOURCE as HEADER_DEAD_LETTER_SOURCE,
+    DEAD_LETTER_SUBJECT as HEADER_DEAD_LETTER_SUBJECT,
 };
+use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology, Retention};
 use delivery::{ReasonKind, Source, UnitId};
 
 fn nats_url() -> String {

@@ -232,7 +232,18 @@ impl Backoff {
     /// The wait before the delivery after `count`. With jitter, it lies between half and all of
     /// the exponential delay (and never under half of `initial`).
     pub fn delay(&self, count: DeliveryCount, id: &UnitId) -> Duration {
-        let exponent = (count.get() - 1).min(64);
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        count.get().hash(&mut hasher);
+        // From the unit's identity: the same unit and count always wait the same, which keeps
+        // `decide` pure.
+        self.wait(count.get(), hasher.finish())
+    }
+
+    /// The wait after the `n`th attempt (from 1), its jitter taken from `seed`: between half and
+    /// all of `initial * factor^(n - 1)`, capped at `max`.
+    pub(crate) fn wait(&self, n: u32, seed: u64) -> Duration {
+        let exponent = n.saturating_sub(1).min(64);
         let full = self
             .initial
             .saturating_mul(self.factor.saturating_pow(exponent))
@@ -240,12 +251,8 @@ impl Backoff {
         if !self.jitter || full.is_zero() {
             return full;
         }
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        id.hash(&mut hasher);
-        count.get().hash(&mut hasher);
-        // A fraction in [0.5, 1.0], from the unit's identity: the same unit and count always wait
-        // the same, which keeps `decide` pure.
-        let fraction = 0.5 + (hasher.finish() % 1024) as f64 / 2046.0;
+        // A fraction in [0.5, 1.0].
+        let fraction = 0.5 + (seed % 1024) as f64 / 2046.0;
         full.mul_f64(fraction)
     }
 }

@@ -33,6 +33,7 @@ pub mod disposition;
 mod error;
 pub mod extract;
 mod handler;
+pub mod headers;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod marker;
@@ -41,6 +42,7 @@ pub mod memory;
 pub mod nats;
 pub mod offset;
 pub mod outbox;
+mod pace;
 #[cfg(feature = "lapin")]
 pub mod rabbitmq;
 #[cfg(feature = "redis")]

@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
+use delivery::headers::MESSAGE_ID as HEADER_MESSAGE_ID;
+use delivery::kafka::KafkaTopology;
 use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
 use delivery::kafka::client::message::{Header, OwnedHeaders, ToBytes};
 use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
 use delivery::kafka::client::{ClientConfig, Offset, TopicPartitionList};
-use delivery::kafka::{HEADER_MESSAGE_ID, KafkaTopology};
 
 /// The brokers' address: `KAFKA_BROKERS`, or tansu on 127.0.0.1:9092.
 pub fn brokers() -> String {

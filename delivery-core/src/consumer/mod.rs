@@ -151,7 +151,8 @@ impl<Src: Source, S> Consumer<Src, S> {
     /// Runs `handler` until the shutdown signal or the end of the source, and reports what it did.
     ///
     /// A failed receive (the broker unreachable, a connection being reopened) is logged and
-    /// tried again after 100 ms, doubling with each failure in a row up to 6.4 s; the shutdown
+    /// tried again after a wait growing with each failure in a row (from 100 ms, doubling, to 6.4 s,
+    /// jittered per process so replicas do not reconnect in lock-step); the shutdown
     /// signal is watched meanwhile.
     pub async fn run<H>(self, handler: H) -> Report
     where

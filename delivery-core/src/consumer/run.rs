@@ -20,6 +20,7 @@ use super::settle::{self, Counters, Settled};
 use super::{Consumer, Report, Shutdown};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
+use crate::pace::Retry;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -118,7 +119,7 @@ async fn one_at_a_time<Src, S, H>(
                 }
             }
         };
-        pace.receive_failures = 0;
+        pace.receive.succeeded();
 
         let mut stopping = false;
         let make = || env.handler.call(&unit, env.state);
@@ -209,7 +210,7 @@ async fn several_at_once<Src, S, H>(
                 }
             }
         };
-        pace.receive_failures = 0;
+        pace.receive.succeeded();
         slot.set(Some(process(unit, handle, env, &abandon)));
         let run = slot
             .as_mut()
@@ -271,7 +272,7 @@ impl<F: Future> Future for InFlight<F> {
 /// followed by a wait growing with the failures in a row.
 struct Pace {
     since_shutdown_check: u32,
-    receive_failures: u32,
+    receive: Retry,
     /// After a failed receive, the wait before the next one. (Waited at the top of the loop, so
     /// that no received value is held across it: the loop's state stays small. Awaited by the
     /// loop itself, not in a method of this: an `async fn` here was not inlined.)
@@ -285,7 +286,7 @@ impl Pace {
             // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal
             // arriving before that would kill the process instead of stopping it.
             since_shutdown_check: SHUTDOWN_CHECK_EVERY - 1,
-            receive_failures: 0,
+            receive: Retry::reconnect(),
             retry_in: None,
         }
     }
@@ -301,12 +302,12 @@ impl Pace {
         (&mut *shutdown).now_or_never().is_some()
     }
 
-    /// Logs a failed receive and sets the wait before the next: 100 ms after the first failure
-    /// in a row, doubling up to 6.4 s.
+    /// Logs a failed receive and sets the wait before the next: [`Retry::reconnect`]'s, from
+    /// 100 ms doubling to 6.4 s, jittered per process. The one wait after a failed receive: a
+    /// source does not wait again before reconnecting.
     #[cold]
     fn receive_failed<Src: Source>(&mut self, source: &Src, error: &TransportError) {
-        self.receive_failures = self.receive_failures.saturating_add(1);
-        let wait = Duration::from_millis(100u64 << (self.receive_failures - 1).min(6));
+        let wait = self.receive.failed();
         tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
             "receiving failed");
         self.retry_in = Some(wait);

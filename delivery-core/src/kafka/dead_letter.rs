@@ -9,12 +9,8 @@ use rdkafka::message::{Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::is_bookkeeping_header;
 use super::topology::KafkaTopology;
-use super::{
-    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
-    HEADER_DEAD_LETTER_SOURCE_OFFSET, HEADER_DEAD_LETTER_SOURCE_PARTITION,
-    HEADER_DEAD_LETTER_SOURCE_TOPIC, HEADER_MESSAGE_ID, is_bookkeeping_header,
-};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
 use crate::unit::{Headers, UnitId};
@@ -138,7 +134,7 @@ impl KafkaDeadLetters {
                 });
             }
             headers = headers.insert(Header {
-                key: HEADER_MESSAGE_ID,
+                key: crate::headers::MESSAGE_ID,
                 value: Some(dead.id.as_str()),
             });
             let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic)
@@ -287,21 +283,25 @@ fn dead_letter(message: &rdkafka::message::BorrowedMessage<'_>) -> KafkaDeadLett
             let value = header.value.unwrap_or_default();
             let text = std::str::from_utf8(value).ok();
             match header.key {
-                HEADER_MESSAGE_ID => {
+                crate::headers::MESSAGE_ID => {
                     if let Some(id) = text.filter(|t| !t.is_empty()) {
                         dead.id = UnitId::from(id);
                     }
                 }
-                HEADER_DEAD_LETTER_REASON => dead.reason = text.and_then(ReasonKind::parse),
-                HEADER_DEAD_LETTER_DETAIL => dead.detail = text.map(str::to_owned),
-                HEADER_DEAD_LETTER_SOURCE_TOPIC => dead.source_topic = text.map(str::to_owned),
-                HEADER_DEAD_LETTER_SOURCE_PARTITION => {
+                crate::headers::DEAD_LETTER_REASON => {
+                    dead.reason = text.and_then(ReasonKind::parse)
+                }
+                crate::headers::DEAD_LETTER_DETAIL => dead.detail = text.map(str::to_owned),
+                crate::headers::DEAD_LETTER_SOURCE_TOPIC => {
+                    dead.source_topic = text.map(str::to_owned)
+                }
+                crate::headers::DEAD_LETTER_SOURCE_PARTITION => {
                     dead.source_partition = text.and_then(|t| t.parse().ok())
                 }
-                HEADER_DEAD_LETTER_SOURCE_OFFSET => {
+                crate::headers::DEAD_LETTER_SOURCE_OFFSET => {
                     dead.source_offset = text.and_then(|t| t.parse().ok())
                 }
-                HEADER_DEAD_LETTER_DELIVERY_COUNT => {
+                crate::headers::DEAD_LETTER_DELIVERY_COUNT => {
                     dead.delivery_count = text.and_then(|t| t.parse().ok())
                 }
                 name if is_bookkeeping_header(name) || name.starts_with("x-dead-letter-") => {}

@@ -11,8 +11,8 @@
 //!   partitions and when the source is dropped.
 //! - **Return**: Kafka keeps no delivery count, so the count travels with the unit. A failed unit
 //!   is republished, intact (key, payload, headers), to the retry topic with
-//!   [`HEADER_DELIVERY_COUNT`] incremented and the time it is due after the runtime's backoff
-//!   ([`HEADER_DUE_MS`]); once the broker acknowledged that write, its offset is final. The same
+//!   [`crate::headers::DELIVERY_COUNT`] incremented and the time it is due after the runtime's backoff
+//!   ([`crate::headers::DUE_MS`]); once the broker acknowledged that write, its offset is final. The same
 //!   source reads the retry topic in the same group, holds each unit until it is due, and hands it
 //!   to the same handler. A failed publish is tried again with a growing pause; the unit's offset
 //!   stays where it is meanwhile, so nothing is committed past it.
@@ -28,12 +28,12 @@
 //!   gauge `delivery_retry_waiting{source}` (`source`: the topic).
 //! - **The bound is the carried count**: [`Source::max_deliveries`](crate::Source::max_deliveries)
 //!   is the topology's [`max_deliveries`](KafkaTopology::max_deliveries), checked by the runtime
-//!   against [`HEADER_DELIVERY_COUNT`]; the first delivery from the source topic counts 1.
+//!   against [`crate::headers::DELIVERY_COUNT`]; the first delivery from the source topic counts 1.
 //! - **Dead letter**: past the bound, malformed or rejected, the unit is published intact to the
-//!   dead-letter topic with [`HEADER_DEAD_LETTER_REASON`], [`HEADER_DEAD_LETTER_DETAIL`], its
-//!   source coordinates ([`HEADER_DEAD_LETTER_SOURCE_TOPIC`], [`HEADER_DEAD_LETTER_SOURCE_PARTITION`],
-//!   [`HEADER_DEAD_LETTER_SOURCE_OFFSET`] — where it was first read, also for a unit that went
-//!   through the retry topic) and [`HEADER_DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
+//!   dead-letter topic with [`crate::headers::DEAD_LETTER_REASON`], [`crate::headers::DEAD_LETTER_DETAIL`], its
+//!   source coordinates ([`crate::headers::DEAD_LETTER_SOURCE_TOPIC`], [`crate::headers::DEAD_LETTER_SOURCE_PARTITION`],
+//!   [`crate::headers::DEAD_LETTER_SOURCE_OFFSET`] — where it was first read, also for a unit that went
+//!   through the retry topic) and [`crate::headers::DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
 //!   acknowledged it is its offset final.
 //! - **Rebalance**: a revoked partition's watermark is dropped after its final prefix is committed;
 //!   units still in flight for it are never committed by this consumer, and the new owner receives
@@ -41,7 +41,7 @@
 //!
 //! # The unit id
 //!
-//! The [`UnitId`](crate::UnitId) is the [`HEADER_MESSAGE_ID`] header (`message-id`, what the
+//! The [`UnitId`](crate::UnitId) is the [`crate::headers::MESSAGE_ID`] header (`message-id`, what the
 //! outbox's Kafka sink writes) when present and non-empty UTF-8, otherwise the unit's place in its
 //! log, `<topic>:<partition>:<offset>`. A unit republished to the retry topic carries its id in
 //! `message-id`, so every delivery has the same id.
@@ -82,34 +82,9 @@ pub use ::rdkafka as client;
 
 use rdkafka::ClientConfig;
 
-/// The unit's id, written by producers (and by the outbox's Kafka sink).
-pub const HEADER_MESSAGE_ID: &str = "message-id";
-/// The delivery count the unit carries: absent on the first delivery, incremented by each return.
-pub const HEADER_DELIVERY_COUNT: &str = "x-delivery-count";
-/// When a returned unit is due again, in milliseconds since the Unix epoch.
-pub const HEADER_DUE_MS: &str = "x-delivery-due-ms";
-/// Where a returned unit was first read: its topic.
-pub const HEADER_ORIGIN_TOPIC: &str = "x-delivery-origin-topic";
-/// Where a returned unit was first read: its partition.
-pub const HEADER_ORIGIN_PARTITION: &str = "x-delivery-origin-partition";
-/// Where a returned unit was first read: its offset.
-pub const HEADER_ORIGIN_OFFSET: &str = "x-delivery-origin-offset";
-/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
-pub const HEADER_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
-/// The detail of the reason: the decode error, the handler's error.
-pub const HEADER_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
-/// The topic the unit was first read from.
-pub const HEADER_DEAD_LETTER_SOURCE_TOPIC: &str = "x-dead-letter-source-topic";
-/// The partition the unit was first read from.
-pub const HEADER_DEAD_LETTER_SOURCE_PARTITION: &str = "x-dead-letter-source-partition";
-/// The offset the unit was first read at.
-pub const HEADER_DEAD_LETTER_SOURCE_OFFSET: &str = "x-dead-letter-source-offset";
-/// The delivery (from 1) on which the unit was dead-lettered.
-pub const HEADER_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
-
 /// The headers this transport writes for its own bookkeeping; they are not the unit's headers.
 fn is_bookkeeping_header(name: &str) -> bool {
-    name == HEADER_MESSAGE_ID || name.starts_with("x-delivery-")
+    name == crate::headers::MESSAGE_ID || name.starts_with("x-delivery-")
 }
 
 /// A client configuration for `brokers` with what every client of this module shares.

@@ -17,15 +17,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
+use super::is_bookkeeping_header;
 use super::topology::KafkaTopology;
-use super::{
-    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
-    HEADER_DEAD_LETTER_SOURCE_OFFSET, HEADER_DEAD_LETTER_SOURCE_PARTITION,
-    HEADER_DEAD_LETTER_SOURCE_TOPIC, HEADER_DELIVERY_COUNT, HEADER_DUE_MS, HEADER_MESSAGE_ID,
-    HEADER_ORIGIN_OFFSET, HEADER_ORIGIN_PARTITION, HEADER_ORIGIN_TOPIC, is_bookkeeping_header,
-};
 use crate::disposition::Disposition;
 use crate::offset::{OffsetError, Watermarks};
+use crate::pace::Retry;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
@@ -647,16 +643,16 @@ impl Read {
             let value = header.value.unwrap_or_default();
             let text = std::str::from_utf8(value).ok();
             match header.key {
-                HEADER_MESSAGE_ID => {
+                crate::headers::MESSAGE_ID => {
                     read.id = text.filter(|id| !id.is_empty()).map(UnitId::from);
                 }
-                HEADER_DELIVERY_COUNT => {
+                crate::headers::DELIVERY_COUNT => {
                     read.count = text.and_then(|t| t.parse().ok()).filter(|&n| n > 0);
                 }
-                HEADER_DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
-                HEADER_ORIGIN_TOPIC => topic = text.map(str::to_owned),
-                HEADER_ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
-                HEADER_ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
+                crate::headers::DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
+                crate::headers::ORIGIN_TOPIC => topic = text.map(str::to_owned),
+                crate::headers::ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
+                crate::headers::ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
                 name if is_bookkeeping_header(name) => {}
                 name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
             }
@@ -730,13 +726,16 @@ impl KafkaHandle {
             });
         }
         headers
-            .insert(text(HEADER_MESSAGE_ID, unit.id().as_str()))
-            .insert(text(HEADER_ORIGIN_TOPIC, &self.origin.topic))
+            .insert(text(crate::headers::MESSAGE_ID, unit.id().as_str()))
+            .insert(text(crate::headers::ORIGIN_TOPIC, &self.origin.topic))
             .insert(text(
-                HEADER_ORIGIN_PARTITION,
+                crate::headers::ORIGIN_PARTITION,
                 &self.origin.partition.to_string(),
             ))
-            .insert(text(HEADER_ORIGIN_OFFSET, &self.origin.offset.to_string()))
+            .insert(text(
+                crate::headers::ORIGIN_OFFSET,
+                &self.origin.offset.to_string(),
+            ))
     }
 
     /// Publishes `payload` to `topic` under the unit's key and waits for the broker's
@@ -748,7 +747,7 @@ impl KafkaHandle {
         payload: &[u8],
         headers: OwnedHeaders,
     ) -> Result<(), TransportError> {
-        let mut pause = Duration::from_millis(100);
+        let mut retry = Retry::reconnect();
         loop {
             let mut record = FutureRecord::<[u8], [u8]>::to(topic)
                 .payload(payload)
@@ -770,10 +769,10 @@ impl KafkaHandle {
                             error,
                         ));
                     }
+                    let pause = retry.failed();
                     tracing::warn!(topic, %error, retry_in_ms = pause.as_millis() as u64,
                         "publishing failed; the unit's offset holds until it succeeds");
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(5));
                 }
             }
         }
@@ -799,10 +798,10 @@ impl Settle for KafkaHandle {
                 let headers = self
                     .carried(unit)
                     .insert(text(
-                        HEADER_DELIVERY_COUNT,
+                        crate::headers::DELIVERY_COUNT,
                         &unit.delivery_count().next().get().to_string(),
                     ))
-                    .insert(text(HEADER_DUE_MS, &due_ms.to_string()));
+                    .insert(text(crate::headers::DUE_MS, &due_ms.to_string()));
                 let topic = self.shared.retry_topic.clone();
                 self.publish(&topic, unit.payload(), headers).await?;
             }
@@ -810,22 +809,28 @@ impl Settle for KafkaHandle {
                 let headers = self
                     .carried(unit)
                     .insert(text(
-                        HEADER_DELIVERY_COUNT,
+                        crate::headers::DELIVERY_COUNT,
                         &unit.delivery_count().get().to_string(),
                     ))
-                    .insert(text(HEADER_DEAD_LETTER_REASON, reason.kind().as_str()))
-                    .insert(text(HEADER_DEAD_LETTER_DETAIL, reason.detail()))
-                    .insert(text(HEADER_DEAD_LETTER_SOURCE_TOPIC, &self.origin.topic))
                     .insert(text(
-                        HEADER_DEAD_LETTER_SOURCE_PARTITION,
+                        crate::headers::DEAD_LETTER_REASON,
+                        reason.kind().as_str(),
+                    ))
+                    .insert(text(crate::headers::DEAD_LETTER_DETAIL, reason.detail()))
+                    .insert(text(
+                        crate::headers::DEAD_LETTER_SOURCE_TOPIC,
+                        &self.origin.topic,
+                    ))
+                    .insert(text(
+                        crate::headers::DEAD_LETTER_SOURCE_PARTITION,
                         &self.origin.partition.to_string(),
                     ))
                     .insert(text(
-                        HEADER_DEAD_LETTER_SOURCE_OFFSET,
+                        crate::headers::DEAD_LETTER_SOURCE_OFFSET,
                         &self.origin.offset.to_string(),
                     ))
                     .insert(text(
-                        HEADER_DEAD_LETTER_DELIVERY_COUNT,
+                        crate::headers::DEAD_LETTER_DELIVERY_COUNT,
                         &unit.delivery_count().get().to_string(),
                     ));
                 let topic = self.shared.dead_letter_topic.clone();

@@ -51,7 +51,7 @@ pub struct KafkaTopology {
     #[serde(default = "default_replication")]
     pub replication: i32,
     /// The most deliveries a unit gets, counted in the unit's own
-    /// [`HEADER_DELIVERY_COUNT`](super::HEADER_DELIVERY_COUNT). Default 5.
+    /// [`crate::headers::DELIVERY_COUNT`](crate::headers::DELIVERY_COUNT). Default 5.
     #[serde(default = "default_max_deliveries")]
     pub max_deliveries: u32,
     /// How long the group waits for a consumer's heartbeat before it counts the consumer as gone

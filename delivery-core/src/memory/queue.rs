@@ -13,10 +13,10 @@ use crate::unit::{DeliveryCount, Headers, Unit};
 
 /// Header names recorded on a dead-lettered unit, beside its intact payload and headers.
 pub(crate) mod header {
-    pub(crate) const REASON: &str = "x-dead-letter-reason";
-    pub(crate) const DETAIL: &str = "x-dead-letter-detail";
-    pub(crate) const SOURCE: &str = "x-dead-letter-source";
-    pub(crate) const DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
+    pub(crate) use crate::headers::{
+        DEAD_LETTER_DELIVERY_COUNT as DELIVERY_COUNT, DEAD_LETTER_DETAIL as DETAIL,
+        DEAD_LETTER_REASON as REASON, DEAD_LETTER_SOURCE as SOURCE,
+    };
 }
 
 /// A unit in the broker, with the broker's own count of its deliveries.

@@ -12,7 +12,7 @@ use async_nats::jetstream::{self, AckKind};
 use bytes::Bytes;
 use futures_util::StreamExt;
 
-use super::headers::{self, last};
+use super::codec::{self, last};
 use super::topology::{NatsTopology, SWEEPER};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
@@ -206,7 +206,7 @@ impl NatsDeadLetters {
                 report.kept += 1;
                 continue;
             };
-            let mut headers = headers::without_dead_letter_headers(Some(&record.nats_headers));
+            let mut headers = codec::without_dead_letter_headers(Some(&record.nats_headers));
             if headers.get(NATS_MESSAGE_ID).is_none() {
                 headers.insert(NATS_MESSAGE_ID, record.id.as_str());
             }
@@ -332,7 +332,7 @@ impl NatsDeadLetters {
                     acknowledge(&advisory, AckKind::Ack).await?;
                     continue;
                 };
-                let id = headers::unit_id(Some(&unit.headers), &self.stream, sequence);
+                let id = codec::unit_id(Some(&unit.headers), &self.stream, sequence);
                 if held.contains(&sequence) {
                     report.already.push(id);
                 } else {
@@ -377,9 +377,9 @@ impl NatsDeadLetters {
         unit: &Stored,
         advisory: &MaxDeliveriesAdvisory,
     ) -> Result<(), TransportError> {
-        let headers = headers::dead_letter_headers(
+        let headers = codec::dead_letter_headers(
             Some(&unit.headers),
-            &headers::DeadLetterOrigin {
+            &codec::DeadLetterOrigin {
                 reason: ReasonKind::Exhausted.as_str(),
                 detail: &format!(
                     "its last delivery ({} of max_deliver) was never settled; moved by a sweep",
@@ -476,7 +476,7 @@ async fn get_stored(
             let block = engine
                 .decode(encoded)
                 .map_err(|e| TransportError::new("decoding a stored unit's headers", e))?;
-            headers::parse_block(&block).ok_or_else(|| {
+            codec::parse_block(&block).ok_or_else(|| {
                 TransportError::msg(
                     "decoding a stored unit's headers",
                     format!("unreadable header block at sequence {sequence} of `{stream}`"),
@@ -502,24 +502,24 @@ async fn acknowledge(advisory: &jetstream::Message, kind: AckKind) -> Result<(),
 
 fn record(message: Stored) -> DeadLetterRecord {
     let h = Some(&message.headers);
-    let source = last(h, headers::HEADER_DEAD_LETTER_SOURCE).map(str::to_owned);
+    let source = last(h, crate::headers::DEAD_LETTER_SOURCE).map(str::to_owned);
     let source_sequence =
-        last(h, headers::HEADER_DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok());
+        last(h, crate::headers::DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok());
     let id = match (&source, source_sequence) {
-        (Some(stream), Some(sequence)) => headers::unit_id(h, stream, sequence),
-        _ => headers::unit_id(h, "dead-letter", message.sequence),
+        (Some(stream), Some(sequence)) => codec::unit_id(h, stream, sequence),
+        _ => codec::unit_id(h, "dead-letter", message.sequence),
     };
     DeadLetterRecord {
         dead_letter_sequence: message.sequence,
         id,
         payload: message.payload,
-        headers: headers::unit_headers(h),
-        reason: last(h, headers::HEADER_DEAD_LETTER_REASON).and_then(ReasonKind::parse),
-        detail: last(h, headers::HEADER_DEAD_LETTER_DETAIL).map(str::to_owned),
+        headers: codec::unit_headers(h),
+        reason: last(h, crate::headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse),
+        detail: last(h, crate::headers::DEAD_LETTER_DETAIL).map(str::to_owned),
         source,
-        subject: last(h, headers::HEADER_DEAD_LETTER_SUBJECT).map(str::to_owned),
+        subject: last(h, crate::headers::DEAD_LETTER_SUBJECT).map(str::to_owned),
         source_sequence,
-        delivery_count: last(h, headers::HEADER_DEAD_LETTER_DELIVERY_COUNT)
+        delivery_count: last(h, crate::headers::DEAD_LETTER_DELIVERY_COUNT)
             .and_then(|s| s.parse().ok()),
         nats_headers: message.headers,
     }

@@ -59,16 +59,12 @@
 //! **Known limit**: a unit stranded and then removed from the stream (by its limits, before a
 //! sweep) cannot be moved; the sweep logs it and reports it in [`SweepReport::missing`].
 
+mod codec;
 mod dead_letter;
-mod headers;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport, SweepReport};
-pub use headers::{
-    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
-    HEADER_DEAD_LETTER_SEQUENCE, HEADER_DEAD_LETTER_SOURCE, HEADER_DEAD_LETTER_SUBJECT,
-};
 pub use source::{NatsHandle, NatsSource};
 pub use topology::{NatsTopology, Retention, TopologyError};
 

@@ -13,8 +13,8 @@ use async_nats::{Client, HeaderMap, Subject};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
+use super::codec;
 use super::dead_letter::NatsDeadLetters;
-use super::headers;
 use super::topology::NatsTopology;
 use crate::disposition::{DeadLetterReason, Disposition};
 use crate::transport::{Settle, Source, TransportError};
@@ -213,12 +213,12 @@ impl NatsSource {
         let message = message.message;
         let reply = message.reply?;
         let headers = message.headers;
-        let id = headers::unit_id(headers.as_ref(), &self.shared.stream, sequence);
+        let id = codec::unit_id(headers.as_ref(), &self.shared.stream, sequence);
         let count = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
         let unit = Unit::new(id, message.payload)
             .with_delivery_count(DeliveryCount::new(count))
             .with_stamp(Stamp(sequence))
-            .with_headers(headers::unit_headers(headers.as_ref()));
+            .with_headers(codec::unit_headers(headers.as_ref()));
         let slot = self.shared.hold(reply.clone());
         let handle = NatsHandle {
             reply: Some(reply),
@@ -313,9 +313,9 @@ impl NatsHandle {
         reason: &DeadLetterReason,
     ) -> Result<(), TransportError> {
         let shared = &self.shared;
-        let headers = headers::dead_letter_headers(
+        let headers = codec::dead_letter_headers(
             self.headers.as_ref(),
-            &headers::DeadLetterOrigin {
+            &codec::DeadLetterOrigin {
                 reason: reason.kind().as_str(),
                 detail: reason.detail(),
                 stream: &shared.stream,
@@ -351,7 +351,7 @@ impl NatsHandle {
             .await
             .ok()
             .is_some_and(|copy| {
-                headers::is_copy_of(Some(&copy.headers), &shared.stream, self.sequence)
+                codec::is_copy_of(Some(&copy.headers), &shared.stream, self.sequence)
             });
         if held {
             Ok(())

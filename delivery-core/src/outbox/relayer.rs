@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::record::{Attempt, Record, Relay};
 use super::store::{Claim, Mark, Store, Wakeups};
 use crate::disposition::{Backoff, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide};
+use crate::pace::Retry;
 use crate::unit::{DeliveryCount, UnitId};
 
 type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -303,9 +304,12 @@ where
     // Whether to claim now; false once a claim came back short, until a wake-up or the poll.
     let mut eager = true;
     let mut poll_at = Instant::now();
-    let mut claim_failures = 0u32;
+    let mut claim_retry = Retry::reconnect();
     let mut claim_retry_at = Instant::now();
-    let mut flush_failures = 0u32;
+    let mut flush_retry = Retry::new(Backoff::exponential(
+        Duration::from_millis(50),
+        Duration::from_millis(3200),
+    ));
     let mut flush_retry_at = Instant::now();
     let mut stopping = false;
     let mut drain_until = Instant::now();
@@ -365,7 +369,7 @@ where
             if marks.is_empty() {
                 break;
             }
-            if abandoned && now >= drain_until && flush_failures > 0 {
+            if abandoned && now >= drain_until && flush_retry.failures() > 0 {
                 report.mark_failed += marks.len() as u64;
                 tracing::error!(
                     outbox = &*name,
@@ -401,7 +405,7 @@ where
                 claiming = None;
                 match claimed {
                     Ok(records) => {
-                        claim_failures = 0;
+                        claim_retry.succeeded();
                         if records.len() < limit {
                             eager = false;
                             poll_at = Instant::now() + poll_interval;
@@ -411,8 +415,7 @@ where
                         }
                     }
                     Err(error) => {
-                        claim_failures = claim_failures.saturating_add(1);
-                        let wait = Duration::from_millis(100u64 << claim_failures.min(6));
+                        let wait = claim_retry.failed();
                         claim_retry_at = Instant::now() + wait;
                         tracing::warn!(outbox = &*name, %error, retry_in_ms = wait.as_millis() as u64,
                             "claiming records failed");
@@ -423,7 +426,7 @@ where
                 flushing = None;
                 match result {
                     Ok(changed) => {
-                        flush_failures = 0;
+                        flush_retry.succeeded();
                         if changed < batch.len() as u64 {
                             tracing::debug!(outbox = &*name, marks = batch.len(), changed,
                                 "some marks found their record no longer leased to this relay");
@@ -438,8 +441,7 @@ where
                         }
                     }
                     Err(error) => {
-                        flush_failures = flush_failures.saturating_add(1);
-                        let wait = Duration::from_millis(50u64 << flush_failures.min(6));
+                        let wait = flush_retry.failed();
                         flush_retry_at = Instant::now() + wait;
                         tracing::warn!(outbox = &*name, %error, marks = batch.len(),
                             retry_in_ms = wait.as_millis() as u64, "writing marks failed");

@@ -9,7 +9,7 @@ use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
 
-use super::headers::{self, as_text, as_u64, get};
+use super::codec::{self, as_text, as_u64, get};
 use super::publisher::ConfirmedPublisher;
 use super::topology::RabbitTopology;
 use crate::disposition::ReasonKind;
@@ -181,7 +181,7 @@ impl RabbitDeadLetters {
                     continue;
                 }
                 let target = record.source.clone().unwrap_or_else(|| self.queue.clone());
-                let headers = headers::rewrite(record.properties.headers().as_ref(), []);
+                let headers = codec::rewrite(record.properties.headers().as_ref(), []);
                 let properties = record.properties.clone().with_headers(headers);
                 publisher.publish(&target, &record.body, properties).await.map_err(|e| {
                     TransportError::msg(
@@ -214,9 +214,9 @@ impl RabbitDeadLetters {
 
 fn record(properties: BasicProperties, data: Vec<u8>) -> DeadLetterRecord {
     let table = properties.headers().as_ref();
-    let id = headers::unit_id(&properties, &data);
+    let id = codec::unit_id(&properties, &data);
     let x_death = x_death(table);
-    let recorded = get(table, headers::HEADER_DEAD_LETTER_REASON)
+    let recorded = get(table, crate::headers::DEAD_LETTER_REASON)
         .and_then(as_text)
         .and_then(|r| ReasonKind::parse(&r));
     let reason = recorded.or_else(|| {
@@ -225,16 +225,16 @@ fn record(properties: BasicProperties, data: Vec<u8>) -> DeadLetterRecord {
             .any(|d| d.reason == "delivery_limit")
             .then_some(ReasonKind::Exhausted)
     });
-    let source = get(table, headers::HEADER_DEAD_LETTER_SOURCE)
+    let source = get(table, crate::headers::DEAD_LETTER_SOURCE)
         .and_then(as_text)
         .or_else(|| x_death.first().map(|d| d.queue.clone()));
-    let delivery_count = get(table, headers::HEADER_DEAD_LETTER_DELIVERY_COUNT)
+    let delivery_count = get(table, crate::headers::DEAD_LETTER_DELIVERY_COUNT)
         .and_then(as_u64)
         .and_then(|c| u32::try_from(c).ok());
     DeadLetterRecord {
         id,
-        headers: headers::unit_headers(table),
-        detail: get(table, headers::HEADER_DEAD_LETTER_DETAIL).and_then(as_text),
+        headers: codec::unit_headers(table),
+        detail: get(table, crate::headers::DEAD_LETTER_DETAIL).and_then(as_text),
         reason,
         source,
         delivery_count,

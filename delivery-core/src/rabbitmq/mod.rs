@@ -40,17 +40,13 @@
 //! # Ok(()) }
 //! ```
 
+mod codec;
 mod dead_letter;
-mod headers;
 mod publisher;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, RabbitDeadLetters, RedriveReport, XDeath};
-pub use headers::{
-    HEADER_DEAD_LETTER_DELIVERY_COUNT, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_REASON,
-    HEADER_DEAD_LETTER_SOURCE, HEADER_DELIVERY_COUNT,
-};
 pub use publisher::ConfirmedPublisher;
 pub use source::{RabbitHandle, RabbitSource};
 pub use topology::{QueueType, RabbitTopology, TopologyError};

@@ -11,11 +11,10 @@ use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::headers::{self, text_value};
+use super::codec::{self, text_value};
 use super::publisher::ConfirmedPublisher;
 use super::topology::{QueueType, RabbitTopology};
 use crate::disposition::Disposition;
@@ -26,15 +25,15 @@ use crate::unit::Unit;
 ///
 /// It holds one connection and channel with manual acknowledgement and the topology's prefetch.
 /// If the connection or channel is lost, [`receive`](Source::receive) reports it once and then
-/// reopens them, waiting a growing backoff (100 ms doubling to 5 s) between attempts; the broker
+/// reopens them, after the wait the consumer runtime keeps between failed receives (jittered, growing to 6.4 s); the broker
 /// redelivers whatever was unacknowledged. Dropping the source closes its connection, which
 /// cancels the consumer and hands its unacknowledged units back to the broker.
 pub struct RabbitSource {
     url: Arc<str>,
     topology: RabbitTopology,
     live: Option<Live>,
-    failures: u32,
-    retry_at: Option<Instant>,
+    /// The connection was lost and is being reopened (for the log line once it is back).
+    reconnecting: bool,
     shared: Arc<Shared>,
     consumer_tag: String,
 }
@@ -96,8 +95,7 @@ impl RabbitSource {
             url,
             topology,
             live: None,
-            failures: 0,
-            retry_at: None,
+            reconnecting: false,
         }
     }
 
@@ -136,10 +134,7 @@ impl RabbitSource {
         if let Some(live) = self.live.take() {
             drop(live);
         }
-        self.failures = self.failures.saturating_add(1);
-        let wait =
-            Duration::from_millis(100u64 << self.failures.min(6)).min(Duration::from_secs(5));
-        self.retry_at = Some(Instant::now() + wait);
+        self.reconnecting = true;
         error
     }
 
@@ -152,8 +147,8 @@ impl RabbitSource {
             ..
         } = delivery;
         let headers = properties.headers().as_ref();
-        let id = headers::unit_id(&properties, &data);
-        let mut count = headers::delivery_count(headers);
+        let id = codec::unit_id(&properties, &data);
+        let mut count = codec::delivery_count(headers);
         if self.shared.classic && redelivered {
             // The broker delivered this copy before (its consumer went away): one more delivery
             // than the copy carries.
@@ -161,7 +156,7 @@ impl RabbitSource {
         }
         let unit = Unit::new(id, data)
             .with_delivery_count(count)
-            .with_headers(headers::unit_headers(headers));
+            .with_headers(codec::unit_headers(headers));
         let handle = RabbitHandle {
             acker: Some(acker),
             properties,
@@ -232,17 +227,12 @@ impl Source for RabbitSource {
             });
         }
         if self.live.is_none() {
-            if let Some(at) = self.retry_at {
-                tokio::time::sleep_until(at).await;
-            }
             match self.open().await {
                 Ok(live) => {
-                    if self.failures > 0 {
+                    if std::mem::take(&mut self.reconnecting) {
                         tracing::info!(queue = %self.topology.queue, "reconnected; consuming again");
                     }
                     self.live = Some(live);
-                    self.failures = 0;
-                    self.retry_at = None;
                 }
                 Err(error) => return Err(self.lost(error)),
             }
@@ -372,23 +362,23 @@ impl Settle for RabbitHandle {
             }
             Disposition::DeadLetter(reason) => {
                 let count = unit.delivery_count().get();
-                let headers = headers::rewrite(
+                let headers = codec::rewrite(
                     self.properties.headers().as_ref(),
                     [
                         (
-                            headers::HEADER_DEAD_LETTER_REASON,
+                            crate::headers::DEAD_LETTER_REASON,
                             text_value(reason.kind().as_str()),
                         ),
                         (
-                            headers::HEADER_DEAD_LETTER_DETAIL,
+                            crate::headers::DEAD_LETTER_DETAIL,
                             text_value(reason.detail()),
                         ),
                         (
-                            headers::HEADER_DEAD_LETTER_SOURCE,
+                            crate::headers::DEAD_LETTER_SOURCE,
                             text_value(&self.shared.queue),
                         ),
                         (
-                            headers::HEADER_DEAD_LETTER_DELIVERY_COUNT,
+                            crate::headers::DEAD_LETTER_DELIVERY_COUNT,
                             AMQPValue::LongLongInt(i64::from(count)),
                         ),
                     ],
@@ -435,10 +425,10 @@ async fn return_copy(
     properties: BasicProperties,
     acker: &Acker,
 ) -> Result<(), TransportError> {
-    let headers = headers::rewrite(
+    let headers = codec::rewrite(
         properties.headers().as_ref(),
         [(
-            headers::HEADER_DELIVERY_COUNT,
+            crate::headers::DELIVERY_COUNT,
             AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
         )],
     );

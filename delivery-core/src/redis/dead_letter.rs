@@ -10,11 +10,7 @@ use bytes::Bytes;
 
 use super::entry::{self, Entry, Read};
 use super::topology::RedisTopology;
-use super::{
-    COMMAND_TIMEOUT, FIELD_DEAD_LETTER_DELIVERY_COUNT, FIELD_DEAD_LETTER_DETAIL,
-    FIELD_DEAD_LETTER_ENTRY_ID, FIELD_DEAD_LETTER_REASON, FIELD_DEAD_LETTER_SOURCE, FIELD_ID,
-    FIELD_PAYLOAD,
-};
+use super::{COMMAND_TIMEOUT, FIELD_ID, FIELD_PAYLOAD};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
 use crate::unit::{Headers, UnitId};
@@ -276,17 +272,18 @@ impl RedisDeadLetters {
 fn record(entry: Entry) -> DeadLetterRecord {
     let Entry { id, fields } = entry;
     let text = |name: &str| entry::field_str(&fields, name).map(str::to_owned);
-    let source_entry_id = text(FIELD_DEAD_LETTER_ENTRY_ID);
+    let source_entry_id = text(crate::headers::DEAD_LETTER_ENTRY_ID);
     DeadLetterRecord {
         id: entry::unit_id(&fields, source_entry_id.as_deref().unwrap_or(&id)),
         payload: entry::field(&fields, FIELD_PAYLOAD)
             .cloned()
             .unwrap_or_default(),
         headers: entry::headers(&fields),
-        reason: text(FIELD_DEAD_LETTER_REASON).and_then(|r| ReasonKind::parse(&r)),
-        detail: text(FIELD_DEAD_LETTER_DETAIL),
-        source: text(FIELD_DEAD_LETTER_SOURCE),
-        delivery_count: text(FIELD_DEAD_LETTER_DELIVERY_COUNT).and_then(|c| c.parse().ok()),
+        reason: text(crate::headers::DEAD_LETTER_REASON).and_then(|r| ReasonKind::parse(&r)),
+        detail: text(crate::headers::DEAD_LETTER_DETAIL),
+        source: text(crate::headers::DEAD_LETTER_SOURCE),
+        delivery_count: text(crate::headers::DEAD_LETTER_DELIVERY_COUNT)
+            .and_then(|c| c.parse().ok()),
         source_entry_id,
         entry_id: id,
         fields,

@@ -25,9 +25,9 @@
 //!   count already past it (its consumers kept dying on it) goes to the dead letter as
 //!   `exhausted` without reaching a handler again.
 //! - **Dead letter**: past the bound, malformed or rejected, the entry is `XADD`ed to the
-//!   dead-letter stream with all its fields as read, plus [`FIELD_DEAD_LETTER_REASON`],
-//!   [`FIELD_DEAD_LETTER_DETAIL`], [`FIELD_DEAD_LETTER_SOURCE`], [`FIELD_DEAD_LETTER_ENTRY_ID`]
-//!   and [`FIELD_DEAD_LETTER_DELIVERY_COUNT`]; only once Redis answered the `XADD` is it `XACK`ed.
+//!   dead-letter stream with all its fields as read, plus [`crate::headers::DEAD_LETTER_REASON`],
+//!   [`crate::headers::DEAD_LETTER_DETAIL`], [`crate::headers::DEAD_LETTER_SOURCE`], [`crate::headers::DEAD_LETTER_ENTRY_ID`]
+//!   and [`crate::headers::DEAD_LETTER_DELIVERY_COUNT`]; only once Redis answered the `XADD` is it `XACK`ed.
 //!   A failed `XADD` leaves it pending (returned), never acknowledged. A crash between the two
 //!   leaves a duplicate in the dead letter, never a loss.
 //! - **Blocking reads** run on a connection of their own with no client response timeout (the
@@ -99,16 +99,6 @@ use crate::transport::TransportError;
 pub const FIELD_PAYLOAD: &str = "payload";
 /// The field holding the producer-supplied unit id.
 pub const FIELD_ID: &str = "id";
-/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
-pub const FIELD_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
-/// The detail of the reason: the decode error, the handler's error.
-pub const FIELD_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
-/// The stream the unit was dead-lettered from.
-pub const FIELD_DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
-/// The entry id the unit had in that stream.
-pub const FIELD_DEAD_LETTER_ENTRY_ID: &str = "x-dead-letter-entry-id";
-/// Redis's delivery count (times delivered) when the unit was dead-lettered.
-pub const FIELD_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
 
 /// How long a command on the non-blocking connection may take before it counts as failed.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);

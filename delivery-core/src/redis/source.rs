@@ -12,13 +12,10 @@ use ::redis::{RedisError, Value};
 use metrics::Counter;
 use tokio::time::Instant;
 
+use super::COMMAND_TIMEOUT;
 use super::ack::{Acks, Joined, Next, Turn};
 use super::entry::{self, Entry, Read};
 use super::topology::RedisTopology;
-use super::{
-    COMMAND_TIMEOUT, FIELD_DEAD_LETTER_DELIVERY_COUNT, FIELD_DEAD_LETTER_DETAIL,
-    FIELD_DEAD_LETTER_ENTRY_ID, FIELD_DEAD_LETTER_REASON, FIELD_DEAD_LETTER_SOURCE,
-};
 use crate::disposition::{Disposition, ReasonKind};
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::{DeliveryCount, Unit};
@@ -29,7 +26,7 @@ use crate::unit::{DeliveryCount, Unit};
 /// up it first claims back entries pending longer than the claim idle time (`XAUTOCLAIM`, every
 /// half claim idle time, and again at once while the scan has more), then reads new ones
 /// (`XREADGROUP ... BLOCK`). A lost connection is reported once by `receive` and reopened on the
-/// next call, after a growing backoff (100 ms doubling to 5 s); entries read and not acknowledged
+/// next call, after the consumer runtime's wait between failed receives; entries read and not acknowledged
 /// stay pending in the group and are claimed back.
 ///
 /// Entries read ahead and not yet handed to a handler are pending too: if the source is dropped
@@ -44,8 +41,8 @@ pub struct RedisSource {
     claim_cursor: String,
     claim_at: Instant,
     claim_interval: Duration,
-    failures: u32,
-    retry_at: Option<Instant>,
+    /// The connection was lost and is being reopened (for the log line once it is back).
+    reconnecting: bool,
 }
 
 type Fetching = Pin<Box<dyn Future<Output = Result<Fetched, TransportError>> + Send>>;
@@ -139,8 +136,7 @@ impl RedisSource {
             claim_cursor: "0-0".to_owned(),
             claim_at: Instant::now(),
             claim_interval: topology.claim_interval(),
-            failures: 0,
-            retry_at: None,
+            reconnecting: false,
         }
     }
 
@@ -156,10 +152,7 @@ impl RedisSource {
 
     fn lost(&mut self, error: TransportError) -> TransportError {
         self.reader = None;
-        self.failures = self.failures.saturating_add(1);
-        let wait =
-            Duration::from_millis(100u64 << self.failures.min(6)).min(Duration::from_secs(5));
-        self.retry_at = Some(Instant::now() + wait);
+        self.reconnecting = true;
         error
     }
 }
@@ -183,22 +176,16 @@ impl Source for RedisSource {
             if self.fetching.is_none() {
                 let reader = match &self.reader {
                     Some(reader) => reader.clone(),
-                    None => {
-                        if let Some(at) = self.retry_at {
-                            tokio::time::sleep_until(at).await;
-                        }
-                        match super::open(&self.client, None).await {
-                            Ok(reader) => {
-                                if self.failures > 0 {
-                                    tracing::info!(stream = %self.shared.stream, "reconnected; reading again");
-                                }
-                                self.retry_at = None;
-                                self.reader = Some(reader.clone());
-                                reader
+                    None => match super::open(&self.client, None).await {
+                        Ok(reader) => {
+                            if std::mem::take(&mut self.reconnecting) {
+                                tracing::info!(stream = %self.shared.stream, "reconnected; reading again");
                             }
-                            Err(error) => return Err(self.lost(error)),
+                            self.reader = Some(reader.clone());
+                            reader
                         }
-                    }
+                        Err(error) => return Err(self.lost(error)),
+                    },
                 };
                 let claim = (Instant::now() >= self.claim_at).then(|| self.claim_cursor.clone());
                 self.fetching = Some(Box::pin(fetch(self.shared.clone(), reader, claim)));
@@ -208,7 +195,6 @@ impl Source for RedisSource {
             self.fetching = None;
             match fetched {
                 Ok(fetched) => {
-                    self.failures = 0;
                     if let Some(cursor) = fetched.claim_cursor {
                         let now = Instant::now();
                         // A scan that has more goes on at once; a finished one waits.
@@ -480,15 +466,15 @@ impl Shared {
                 add.arg(name.as_ref()).arg(value.as_ref());
             }
         }
-        add.arg(FIELD_DEAD_LETTER_REASON)
+        add.arg(crate::headers::DEAD_LETTER_REASON)
             .arg(kind.as_str())
-            .arg(FIELD_DEAD_LETTER_DETAIL)
+            .arg(crate::headers::DEAD_LETTER_DETAIL)
             .arg(detail)
-            .arg(FIELD_DEAD_LETTER_SOURCE)
+            .arg(crate::headers::DEAD_LETTER_SOURCE)
             .arg(&self.stream)
-            .arg(FIELD_DEAD_LETTER_ENTRY_ID)
+            .arg(crate::headers::DEAD_LETTER_ENTRY_ID)
             .arg(&entry.id)
-            .arg(FIELD_DEAD_LETTER_DELIVERY_COUNT)
+            .arg(crate::headers::DEAD_LETTER_DELIVERY_COUNT)
             .arg(count);
         if let Err(error) = add.query_async::<Value>(&mut connection).await {
             let error = self.failed("moving the unit to the dead letter (XADD)", error);

@@ -68,7 +68,7 @@ use crate::transport::TransportError;
 
 /// The header carrying the record id: the one [`KafkaSource`](crate::kafka::KafkaSource) reads
 /// as the unit id.
-pub const MESSAGE_ID: &str = crate::kafka::HEADER_MESSAGE_ID;
+pub const MESSAGE_ID: &str = crate::headers::MESSAGE_ID;
 
 /// How long librdkafka tries to deliver a message (`message.timeout.ms`) unless the
 /// configuration says otherwise: under the relay's default attempt timeout (30 s).

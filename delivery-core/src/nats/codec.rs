@@ -6,19 +6,6 @@ use bytes::Bytes;
 
 use crate::unit::{Headers, UnitId};
 
-/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
-pub const HEADER_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
-/// The detail of the reason: the decode error, the handler's error.
-pub const HEADER_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
-/// The stream the unit was dead-lettered from.
-pub const HEADER_DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
-/// The subject the unit had been published to (where a redrive publishes it again).
-pub const HEADER_DEAD_LETTER_SUBJECT: &str = "x-dead-letter-subject";
-/// The unit's sequence in its source stream.
-pub const HEADER_DEAD_LETTER_SEQUENCE: &str = "x-dead-letter-sequence";
-/// The delivery (from 1, JetStream's `delivered`) on which the unit was dead-lettered.
-pub const HEADER_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
-
 /// The headers this transport adds to a dead letter, which a redrive removes.
 pub(crate) fn is_dead_letter_header(name: &str) -> bool {
     name.starts_with("x-dead-letter-")
@@ -96,13 +83,16 @@ pub(crate) fn dead_letter_headers(
     origin: &DeadLetterOrigin<'_>,
 ) -> HeaderMap {
     let mut headers = unit.cloned().unwrap_or_default();
-    headers.insert(HEADER_DEAD_LETTER_REASON, origin.reason);
-    headers.insert(HEADER_DEAD_LETTER_DETAIL, text(origin.detail));
-    headers.insert(HEADER_DEAD_LETTER_SOURCE, text(origin.stream));
-    headers.insert(HEADER_DEAD_LETTER_SUBJECT, text(origin.subject));
-    headers.insert(HEADER_DEAD_LETTER_SEQUENCE, origin.sequence.to_string());
+    headers.insert(crate::headers::DEAD_LETTER_REASON, origin.reason);
+    headers.insert(crate::headers::DEAD_LETTER_DETAIL, text(origin.detail));
+    headers.insert(crate::headers::DEAD_LETTER_SOURCE, text(origin.stream));
+    headers.insert(crate::headers::DEAD_LETTER_SUBJECT, text(origin.subject));
     headers.insert(
-        HEADER_DEAD_LETTER_DELIVERY_COUNT,
+        crate::headers::DEAD_LETTER_SEQUENCE,
+        origin.sequence.to_string(),
+    );
+    headers.insert(
+        crate::headers::DEAD_LETTER_DELIVERY_COUNT,
         origin.delivery_count.to_string(),
     );
     headers
@@ -110,8 +100,8 @@ pub(crate) fn dead_letter_headers(
 
 /// Whether a dead letter's headers say it is the unit at `sequence` of `stream`.
 pub(crate) fn is_copy_of(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> bool {
-    last(headers, HEADER_DEAD_LETTER_SOURCE) == Some(stream)
-        && last(headers, HEADER_DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok())
+    last(headers, crate::headers::DEAD_LETTER_SOURCE) == Some(stream)
+        && last(headers, crate::headers::DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok())
             == Some(sequence)
 }
 
@@ -205,10 +195,10 @@ mod tests {
         headers.insert("tenant", "acme");
         headers.append("multi", "1");
         headers.append("multi", "2");
-        headers.insert(HEADER_DEAD_LETTER_REASON, "malformed");
+        headers.insert(crate::headers::DEAD_LETTER_REASON, "malformed");
         let stripped = without_dead_letter_headers(Some(&headers));
         assert_eq!(stripped.len(), 2);
         assert_eq!(stripped.get_all("multi").count(), 2);
-        assert!(stripped.get(HEADER_DEAD_LETTER_REASON).is_none());
+        assert!(stripped.get(crate::headers::DEAD_LETTER_REASON).is_none());
     }
 }

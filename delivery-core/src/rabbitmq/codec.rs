@@ -8,17 +8,6 @@ use sha2::{Digest, Sha256};
 
 use crate::unit::{DeliveryCount, Headers, UnitId};
 
-/// The quorum queue's count of earlier deliveries (0 or absent on the first).
-pub const HEADER_DELIVERY_COUNT: &str = "x-delivery-count";
-/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
-pub const HEADER_DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
-/// The detail of the reason: the decode error, the handler's error.
-pub const HEADER_DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
-/// The queue the unit was dead-lettered from.
-pub const HEADER_DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
-/// The delivery (from 1) on which the unit was dead-lettered.
-pub const HEADER_DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
-
 /// An integer of any AMQP integer type, if it is a non-negative one.
 pub(crate) fn as_u64(value: &AMQPValue) -> Option<u64> {
     match value {
@@ -48,7 +37,7 @@ pub(crate) fn get<'a>(headers: Option<&'a FieldTable>, name: &str) -> Option<&'a
 
 /// The delivery count of a delivery: `x-delivery-count + 1`, the first delivery being 1.
 pub(crate) fn delivery_count(headers: Option<&FieldTable>) -> DeliveryCount {
-    let earlier = get(headers, HEADER_DELIVERY_COUNT)
+    let earlier = get(headers, crate::headers::DELIVERY_COUNT)
         .and_then(as_u64)
         .unwrap_or(0);
     DeliveryCount::new(u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX))
@@ -99,7 +88,7 @@ pub(crate) fn unit_headers(headers: Option<&FieldTable>) -> Headers {
 
 /// Headers the broker or this transport set along the way, which are not part of the unit.
 pub(crate) fn is_transport_header(name: &str) -> bool {
-    name == HEADER_DELIVERY_COUNT
+    name == crate::headers::DELIVERY_COUNT
         || name.starts_with("x-dead-letter-")
         || name == "x-death"
         || name.starts_with("x-first-death-")
@@ -158,7 +147,7 @@ mod tests {
 
     fn with_count(value: AMQPValue) -> FieldTable {
         let mut t = FieldTable::default();
-        t.insert(HEADER_DELIVERY_COUNT.into(), value);
+        t.insert(crate::headers::DELIVERY_COUNT.into(), value);
         t
     }
 

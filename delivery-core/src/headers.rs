@@ -1,0 +1,60 @@
+//! The names of every header (or stream field) this crate writes on a unit, defined once for every
+//! transport.
+//!
+//! Two families:
+//! - `x-delivery-*`: bookkeeping that travels with a unit where the mechanism keeps none of its own
+//!   (the count a classic RabbitMQ queue or a Kafka retry topic carries, where a returned unit was
+//!   first read). A consumer strips them from the unit's [`Headers`](crate::Headers).
+//! - `x-dead-letter-*`: what a dead letter records beside the unit's intact payload, id and
+//!   headers: why, from where, on which delivery. A redrive removes them.
+//!
+//! ```
+//! use delivery::headers;
+//! assert_eq!(headers::DEAD_LETTER_REASON, "x-dead-letter-reason");
+//! assert!(headers::is_dead_letter(headers::DEAD_LETTER_SOURCE));
+//! ```
+
+/// The delivery count a unit carries where the mechanism keeps none (absent on the first
+/// delivery). Also the name of a RabbitMQ quorum queue's own count of earlier deliveries.
+pub const DELIVERY_COUNT: &str = "x-delivery-count";
+/// The unit's id, where the mechanism has no id of its own (Kafka).
+pub const MESSAGE_ID: &str = "message-id";
+/// When a returned unit is due again, in milliseconds since the Unix epoch (Kafka's retry topic).
+pub const DUE_MS: &str = "x-delivery-due-ms";
+/// Where a returned unit was first read: its topic.
+pub const ORIGIN_TOPIC: &str = "x-delivery-origin-topic";
+/// Where a returned unit was first read: its partition.
+pub const ORIGIN_PARTITION: &str = "x-delivery-origin-partition";
+/// Where a returned unit was first read: its offset.
+pub const ORIGIN_OFFSET: &str = "x-delivery-origin-offset";
+
+/// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
+pub const DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
+/// The detail of the reason: the decode error, the handler's error.
+pub const DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
+/// The queue or stream the unit was dead-lettered from.
+pub const DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
+/// The delivery (from 1) on which the unit was dead-lettered.
+pub const DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
+/// NATS: the subject the unit had been published to (where a redrive publishes it again).
+pub const DEAD_LETTER_SUBJECT: &str = "x-dead-letter-subject";
+/// NATS: the unit's sequence in its source stream.
+pub const DEAD_LETTER_SEQUENCE: &str = "x-dead-letter-sequence";
+/// Redis: the entry id the unit had in its source stream.
+pub const DEAD_LETTER_ENTRY_ID: &str = "x-dead-letter-entry-id";
+/// Kafka: the topic the unit was first read from.
+pub const DEAD_LETTER_SOURCE_TOPIC: &str = "x-dead-letter-source-topic";
+/// Kafka: the partition the unit was first read from.
+pub const DEAD_LETTER_SOURCE_PARTITION: &str = "x-dead-letter-source-partition";
+/// Kafka: the offset the unit was first read at.
+pub const DEAD_LETTER_SOURCE_OFFSET: &str = "x-dead-letter-source-offset";
+
+/// Whether `name` is one of the headers a dead letter adds (and a redrive removes).
+pub fn is_dead_letter(name: &str) -> bool {
+    name.starts_with("x-dead-letter-")
+}
+
+/// Whether `name` is bookkeeping a transport writes for itself, not one of the unit's headers.
+pub fn is_bookkeeping(name: &str) -> bool {
+    name == MESSAGE_ID || name.starts_with("x-delivery-")
+}
