@@ -173,14 +173,15 @@ async fn main() {
             .collect();
         let fate = match dead.peek(id) {
             Some(letter) => format!(
-                "dead letter after {} deliver{}: {}",
-                letter.delivery_count,
-                if letter.delivery_count.get() == 1 {
+                "dead letter after {} deliver{}: {}: {}",
+                letter.delivery_count(),
+                if letter.delivery_count().get() == 1 {
                     "y"
                 } else {
                     "ies"
                 },
-                letter.reason
+                letter.reason.map_or("unknown", |r| r.as_str()),
+                letter.detail
             ),
             None => format!(
                 "acknowledged after its effect; handler runs: {}",

@@ -1,14 +1,14 @@
 //! The transport conformance suite against the in-memory broker.
 
-use bytes::Bytes;
 use delivery::Unit;
-use delivery::memory::{MemoryBroker, MemorySource, QueueConfig};
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::memory::{MemoryBroker, MemoryDeadLetters, MemorySource, QueueConfig};
+use delivery::testing::conformance::{self, Fixture};
 
 struct Memory(MemoryBroker);
 
 impl Fixture for Memory {
     type Source = MemorySource;
+    type DeadLetters = MemoryDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         self.0
@@ -24,19 +24,8 @@ impl Fixture for Memory {
         self.0.consume(name)
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
-        self.0
-            .dead_letters(name)
-            .list()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.unit.id().to_string(),
-                payload: Bytes::copy_from_slice(d.unit.payload()),
-                headers: d.unit.headers().clone(),
-                reason: d.reason.kind(),
-                delivery_count: d.delivery_count.get(),
-            })
-            .collect()
+    async fn dead_letter(&self, name: &str) -> MemoryDeadLetters {
+        self.0.dead_letters(name)
     }
 }
 

@@ -313,8 +313,8 @@ async fn redelivery_is_bounded_by_the_brokers_count_across_consumer_restarts() {
     );
     let dead = broker.dead_letters("payments").list();
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].reason.kind(), ReasonKind::Exhausted);
-    assert_eq!(dead[0].delivery_count.get(), 3);
+    assert_eq!(dead[0].reason.unwrap(), ReasonKind::Exhausted);
+    assert_eq!(dead[0].delivery_count().get(), 3);
     assert!(app.rows().is_empty());
 }
 
@@ -354,8 +354,8 @@ async fn malformed_units_go_straight_to_the_dead_letter_intact() {
             &bytes[..],
             "{id} payload intact"
         );
-        assert_eq!(letter.reason.kind(), ReasonKind::Malformed);
-        assert_eq!(letter.delivery_count.get(), 1);
+        assert_eq!(letter.reason.unwrap(), ReasonKind::Malformed);
+        assert_eq!(letter.delivery_count().get(), 1);
         assert_eq!(letter.source, "payments");
     }
 }
@@ -371,8 +371,8 @@ async fn a_rejected_unit_goes_to_the_dead_letter_without_redelivery() {
     let report = run_until_idle(&broker, "payments", &app).await;
     assert_eq!(report.dead_lettered, 1);
     let letter = broker.dead_letters("payments").peek("m-p1").unwrap();
-    assert_eq!(letter.reason.kind(), ReasonKind::Rejected);
-    assert_eq!(letter.reason.detail(), "negative amount -5");
+    assert_eq!(letter.reason.unwrap(), ReasonKind::Rejected);
+    assert_eq!(letter.detail, "negative amount -5");
     assert_eq!(
         letter.unit.headers().get_str("tenant"),
         Some("acme"),

@@ -5,9 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use delivery::memory::{LogConfig, LogPosition, MemoryBroker, MemoryLogSource};
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::memory::{LogConfig, LogPosition, MemoryBroker, MemoryDeadLetters, MemoryLogSource};
+use delivery::testing::conformance::{self, Fixture};
 use delivery::{
     Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, Report, State, Unit, UnitId,
     consumer,
@@ -20,6 +19,7 @@ struct MemoryLog(MemoryBroker);
 
 impl Fixture for MemoryLog {
     type Source = MemoryLogSource;
+    type DeadLetters = MemoryDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         self.0
@@ -35,19 +35,8 @@ impl Fixture for MemoryLog {
         self.0.consume_log(name, "conformance")
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
-        self.0
-            .dead_letters(name)
-            .list()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.unit.id().to_string(),
-                payload: Bytes::copy_from_slice(d.unit.payload()),
-                headers: d.unit.headers().clone(),
-                reason: d.reason.kind(),
-                delivery_count: d.delivery_count.get(),
-            })
-            .collect()
+    async fn dead_letter(&self, name: &str) -> MemoryDeadLetters {
+        self.0.dead_letters(name)
     }
 }
 
@@ -216,7 +205,7 @@ async fn a_failed_unit_holds_the_committed_offset(refuse: bool) {
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].unit.id().as_str(), "u-3");
         assert_eq!(dead[0].unit.payload(), event(3).payload(), "intact");
-        assert_eq!(dead[0].reason.kind(), ReasonKind::Rejected);
+        assert_eq!(dead[0].reason.unwrap(), ReasonKind::Rejected);
         assert_eq!(dead[0].source, "payments");
     } else {
         assert_eq!(
@@ -459,7 +448,7 @@ async fn a_redrive_appends_the_unit_back_to_the_log_under_the_same_id_and_key() 
     let dead = broker.dead_letters("payments");
     let letter = dead.peek("u-1").unwrap();
     assert_eq!(letter.unit.headers().get_str("tenant"), Some("acme"));
-    assert_eq!(letter.delivery_count.get(), 1);
+    assert_eq!(letter.delivery_count().get(), 1);
 
     // The operator fixes the account and redrives: appended to the same partition (the key's),
     // under the same id, with a fresh count.
@@ -524,8 +513,8 @@ async fn a_unit_failing_every_delivery_is_dead_lettered_at_the_logs_bound() {
         "never delivered past the bound"
     );
     let letter = broker.dead_letters("payments").peek("u-1").unwrap();
-    assert_eq!(letter.reason.kind(), ReasonKind::Exhausted);
-    assert_eq!(letter.delivery_count.get(), 3);
+    assert_eq!(letter.reason.unwrap(), ReasonKind::Exhausted);
+    assert_eq!(letter.delivery_count().get(), 3);
     assert_eq!(letter.unit.payload(), event(1).payload(), "intact");
     assert_eq!(broker.committed("payments", "ledger", 0), Some(1));
 }

@@ -28,7 +28,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;
-mod dead_letter_depth;
+pub mod dead_letter;
 pub mod disposition;
 mod error;
 pub mod extract;
@@ -53,6 +53,7 @@ pub mod unit;
 pub mod webhook;
 
 pub use consumer::{Consumer, Report};
+pub use dead_letter::{DeadLetter, DeadLetters, RedriveReport};
 pub use disposition::{
     Backoff, DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };

@@ -53,6 +53,7 @@ impl Retry {
     }
 
     /// Failures in a row so far.
+    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn failures(&self) -> u32 {
         self.failures
     }

@@ -85,7 +85,7 @@ impl KafkaDeadLetters {
         let depth = tokio::task::spawn_blocking(move || depth(&brokers, &topic))
             .await
             .map_err(|e| TransportError::new("reading the dead letter's depth", e))??;
-        crate::dead_letter_depth::record(&self.dead_letter_topic, depth);
+        crate::dead_letter::depth::record(&self.dead_letter_topic, depth);
         Ok(depth)
     }
 
@@ -93,7 +93,7 @@ impl KafkaDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        crate::dead_letter_depth::watch(self.dead_letter_topic.clone(), every, move || {
+        crate::dead_letter::depth::watch(self.dead_letter_topic.clone(), every, move || {
             let this = this.clone();
             async move { this.count().await }
         })

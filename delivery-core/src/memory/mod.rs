@@ -9,7 +9,7 @@
 //! - each queue declares its delivery bound and dead-letter queue: a unit returned after its last
 //!   allowed delivery is moved there by the broker itself, as a quorum queue does;
 //! - the dead letter is readable by an operator: list, peek, and redrive to the source under the
-//!   same id ([`DeadLetters`]).
+//!   same id ([`MemoryDeadLetters`]).
 //!
 //! Besides queues it keeps partitioned logs read by consumer groups, acknowledged by committing
 //! offsets, as Kafka does: see [the offset-log mode](log) ([`MemoryBroker::declare_log`],
@@ -37,7 +37,7 @@ use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use dead_letter::{DeadLetter, DeadLetters};
+pub use dead_letter::MemoryDeadLetters;
 pub use log::{LogConfig, LogDeclareError, LogPosition, MemoryLogHandle, MemoryLogSource};
 pub use source::{MemoryHandle, MemorySource};
 
@@ -211,8 +211,8 @@ impl MemoryBroker {
     }
 
     /// The operator's view of `queue`'s dead letter.
-    pub fn dead_letters(&self, queue: &str) -> DeadLetters {
-        DeadLetters::new(self.inner.clone(), queue.into())
+    pub fn dead_letters(&self, queue: &str) -> MemoryDeadLetters {
+        MemoryDeadLetters::new(self.inner.clone(), queue.into())
     }
 
     /// Units in `queue` not yet settled: ready, waiting out a backoff, or held by a consumer.

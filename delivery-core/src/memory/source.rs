@@ -150,7 +150,7 @@ fn requeue(state: &mut super::State, queue: &str, entry: Entry, due: Option<Inst
 fn move_to_dead_letter(state: &mut super::State, queue: &str, dead: Entry) {
     let dlq = state.dead_letter_queue(queue);
     dlq.push_ready(dead);
-    crate::dead_letter_depth::record(dlq.name(), dlq.depth() as u64);
+    crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
 }
 
 impl MemoryHandle {

@@ -141,7 +141,7 @@ impl NatsDeadLetters {
     pub async fn count(&self) -> Result<u64, TransportError> {
         let stream = self.dead_letter().await?;
         let depth = stream.cached_info().state.messages;
-        crate::dead_letter_depth::record(&self.dead_letter_stream, depth);
+        crate::dead_letter::depth::record(&self.dead_letter_stream, depth);
         Ok(depth)
     }
 
@@ -149,7 +149,7 @@ impl NatsDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        crate::dead_letter_depth::watch(self.dead_letter_stream.clone(), every, move || {
+        crate::dead_letter::depth::watch(self.dead_letter_stream.clone(), every, move || {
             let this = this.clone();
             async move { this.count().await }
         })

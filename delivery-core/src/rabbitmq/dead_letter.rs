@@ -125,7 +125,7 @@ impl RabbitDeadLetters {
             .map_err(|e| TransportError::new("reading the dead letter's depth", e));
         let _ = connection.close(200, "done".into()).await;
         let depth = u64::from(queue?.message_count());
-        crate::dead_letter_depth::record(&self.dead_letter_queue, depth);
+        crate::dead_letter::depth::record(&self.dead_letter_queue, depth);
         Ok(depth)
     }
 
@@ -133,7 +133,7 @@ impl RabbitDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        crate::dead_letter_depth::watch(self.dead_letter_queue.clone(), every, move || {
+        crate::dead_letter::depth::watch(self.dead_letter_queue.clone(), every, move || {
             let this = this.clone();
             async move { this.count().await }
         })

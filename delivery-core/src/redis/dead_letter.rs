@@ -135,7 +135,7 @@ impl RedisDeadLetters {
         let depth: u64 = self
             .run("reading the dead letter's depth (XLEN)", &len)
             .await?;
-        crate::dead_letter_depth::record(&self.dead_letter_stream, depth);
+        crate::dead_letter::depth::record(&self.dead_letter_stream, depth);
         Ok(depth)
     }
 
@@ -143,7 +143,7 @@ impl RedisDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        crate::dead_letter_depth::watch(self.dead_letter_stream.clone(), every, move || {
+        crate::dead_letter::depth::watch(self.dead_letter_stream.clone(), every, move || {
             let this = this.clone();
             async move { this.count().await }
         })

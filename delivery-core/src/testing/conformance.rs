@@ -11,6 +11,7 @@
 //! | [`returns_a_failed_unit`] | 1 |
 //! | [`bounds_redelivery_by_the_mechanisms_count`] | 2 |
 //! | [`dead_letters_poison_directly_and_intact`] | 2 |
+//! | [`operates_the_dead_letter`] | 2 |
 //! | [`a_second_delivery_changes_nothing`] | 3 |
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
 
@@ -23,14 +24,15 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use crate::consumer::Consumer;
+use crate::dead_letter::{DeadLetters, Selection};
 use crate::disposition::{Backoff, Outcome, ReasonKind};
 use crate::handler::Handler;
 use crate::transport::Source;
-use crate::unit::{Headers, Unit};
+use crate::unit::{Headers, Unit, UnitId};
 
-/// A dead-lettered unit, as the fixture reads it back from the mechanism's dead letter.
+/// A dead-lettered unit, as the suite reads it back through the mechanism's [`DeadLetters`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeadLettered {
+struct DeadLettered {
     /// The unit's id.
     pub id: String,
     /// The payload as found in the dead letter (must equal the one published).
@@ -59,8 +61,12 @@ pub trait Fixture: Send + Sync + 'static {
     /// A consumer of `name`.
     fn consume(&self, name: &str) -> impl Future<Output = Self::Source> + Send;
 
-    /// Every unit in `name`'s dead letter, without removing them.
-    fn dead_letters(&self, name: &str) -> impl Future<Output = Vec<DeadLettered>> + Send;
+    /// The transport's operator view of a dead letter.
+    type DeadLetters: DeadLetters;
+
+    /// The operator view of `name`'s dead letter: every check reads the dead letter through it,
+    /// and [`operates_the_dead_letter`] checks the whole API.
+    fn dead_letter(&self, name: &str) -> impl Future<Output = Self::DeadLetters> + Send;
 
     /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
     /// (a quorum queue, a stream's pending entry, a JetStream consumer); `false` where the count
@@ -78,6 +84,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     returns_a_failed_unit(fixture).await;
     bounds_redelivery_by_the_mechanisms_count(fixture).await;
     dead_letters_poison_directly_and_intact(fixture).await;
+    operates_the_dead_letter(fixture).await;
     a_second_delivery_changes_nothing(fixture).await;
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
 }
@@ -258,7 +265,7 @@ pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
         "conformance `acks_after_the_effect`: an acknowledged unit came back: {:?}",
         store.runs()
     );
-    assert!(fixture.dead_letters(&name).await.is_empty());
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
 /// Rule 1: a failed unit is returned and delivered again, with the mechanism's count growing,
@@ -282,7 +289,7 @@ pub async fn returns_a_failed_unit<F: Fixture>(fixture: &F) {
         [1, 2, 3],
         "conformance `returns_a_failed_unit`: delivery counts"
     );
-    assert!(fixture.dead_letters(&name).await.is_empty());
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
 /// Rule 2: a unit that always fails is delivered exactly the bound's number of times, counted by
@@ -468,13 +475,13 @@ pub async fn a_crash_between_effect_and_ack_loses_nothing<F: Fixture>(fixture: &
         "redelivered with the mechanism's count"
     );
     assert_eq!(store.writes(), ["c"], "the redelivery changed nothing");
-    assert!(fixture.dead_letters(&name).await.is_empty());
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
 async fn wait_dead_letters<F: Fixture>(fixture: &F, name: &str, n: usize) -> Vec<DeadLettered> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let dead = fixture.dead_letters(name).await;
+        let dead = dead_letters(fixture, name).await;
         if dead.len() >= n {
             return dead;
         }
@@ -484,4 +491,174 @@ async fn wait_dead_letters<F: Fixture>(fixture: &F, name: &str, n: usize) -> Vec
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Every unit in `name`'s dead letter, read through [`DeadLetters::list`] two at a time (so the
+/// cursor is exercised by every check that reads the dead letter).
+async fn dead_letters<F: Fixture>(fixture: &F, name: &str) -> Vec<DeadLettered> {
+    let view = fixture.dead_letter(name).await;
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = view
+            .list(2, after.as_ref())
+            .await
+            .unwrap_or_else(|e| panic!("conformance: listing {}: {e}", view.name()));
+        assert!(page.records.len() <= 2, "a page holds at most its limit");
+        all.extend(page.records.into_iter().map(|d| DeadLettered {
+            id: d.unit.id().to_string(),
+            payload: Bytes::copy_from_slice(d.unit.payload()),
+            headers: d.unit.headers().clone(),
+            reason:
+                d.reason.unwrap_or_else(|| {
+                    panic!("conformance: no reason recorded for {}", d.unit.id())
+                }),
+            delivery_count: d.unit.delivery_count().get(),
+        }));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return all,
+        }
+    }
+}
+
+/// Rule 2, the operator's side: the dead letter is read, peeked, purged and redriven through
+/// [`DeadLetters`], the same on every transport. A redriven unit comes back under its own id with
+/// its own payload and headers, and is applied.
+pub async fn operates_the_dead_letter<F: Fixture>(fixture: &F) {
+    let name = queue("operate");
+    fixture.declare(&name, 5).await;
+    let headers = Headers::from_pairs([("tenant", "acme")]);
+    for id in ["op-1", "op-2", "op-3"] {
+        let unit = Unit::new(id, format!(r#"{{"key":"{id}","value":7,"reject":true}}"#))
+            .with_headers(headers.clone());
+        fixture.publish(&name, unit).await;
+    }
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "operates_the_dead_letter", |s| {
+        s.runs().len() >= 3
+    })
+    .await;
+    wait_dead_letters(fixture, &name, 3).await;
+    let view = fixture.dead_letter(&name).await;
+    let fail = |what: &str, e: crate::transport::TransportError| -> ! {
+        panic!("conformance `operates_the_dead_letter`: {what}: {e}")
+    };
+    assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 3);
+
+    let first = view.list(2, None).await.unwrap_or_else(|e| fail("list", e));
+    assert_eq!(first.records.len(), 2, "a page of two");
+    let next = first.next.clone().expect("a third record follows");
+    let second = view
+        .list(2, Some(&next))
+        .await
+        .unwrap_or_else(|e| fail("list after a cursor", e));
+    let mut ids: Vec<String> = first
+        .records
+        .iter()
+        .chain(&second.records)
+        .map(|d| d.unit.id().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["op-1", "op-2", "op-3"],
+        "the pages hold each unit once"
+    );
+    assert!(second.next.is_none(), "no page after the last");
+
+    let peeked = view
+        .peek(&UnitId::new("op-2"))
+        .await
+        .unwrap_or_else(|e| fail("peek", e))
+        .expect("op-2 is in the dead letter");
+    assert_eq!(peeked.unit.id().as_str(), "op-2");
+    assert_eq!(
+        peeked.unit.payload().as_ref(),
+        br#"{"key":"op-2","value":7,"reject":true}"#
+    );
+    assert_eq!(
+        peeked.unit.headers().get("tenant").map(|v| v.as_ref()),
+        Some(&b"acme"[..]),
+        "own headers intact"
+    );
+    assert!(
+        peeked
+            .unit
+            .headers()
+            .iter()
+            .all(|(n, _)| !crate::headers::is_dead_letter(n)),
+        "the record's headers are the unit's own: {:?}",
+        peeked.unit.headers()
+    );
+    assert_eq!(peeked.reason, Some(ReasonKind::Rejected));
+    assert!(
+        peeked.detail.contains("op-2 refused"),
+        "detail: {}",
+        peeked.detail
+    );
+    assert!(
+        peeked.source.contains(&name),
+        "source {} names {name}",
+        peeked.source
+    );
+    assert_eq!(peeked.unit.delivery_count().get(), 1);
+    assert!(
+        view.peek(&UnitId::new("op-none"))
+            .await
+            .unwrap_or_else(|e| fail("peek", e))
+            .is_none()
+    );
+
+    let purged = view
+        .purge(&[UnitId::new("op-1")])
+        .await
+        .unwrap_or_else(|e| fail("purge", e));
+    assert_eq!(purged, 1);
+    assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 2);
+
+    let report = view
+        .redrive(Selection::Ids(&[
+            UnitId::new("op-2"),
+            UnitId::new("op-none"),
+        ]))
+        .await
+        .unwrap_or_else(|e| fail("redrive", e));
+    assert_eq!(report.redriven, [UnitId::new("op-2")]);
+    assert_eq!(report.not_found, [UnitId::new("op-none")]);
+    let left = dead_letters(fixture, &name).await;
+    assert_eq!(left.len(), 1, "op-3 stays: {left:?}");
+    assert_eq!(left[0].id, "op-3");
+
+    // Redriven, op-2 is delivered again under its own id (the scripted handler refuses it once
+    // more, so it comes back to the dead letter: counted afresh, headers intact).
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "operates_the_dead_letter (redrive)",
+        |s| s.runs_of("op-2").len() >= 2,
+    )
+    .await;
+    let back = wait_dead_letters(fixture, &name, 2).await;
+    let op2 = back
+        .iter()
+        .find(|d| d.id == "op-2")
+        .expect("op-2 dead-lettered again");
+    assert_eq!(op2.delivery_count, 1, "a redrive counts deliveries afresh");
+    assert_eq!(
+        op2.headers.get("tenant").map(|v| v.as_ref()),
+        Some(&b"acme"[..])
+    );
+
+    let report = view
+        .redrive(Selection::All)
+        .await
+        .unwrap_or_else(|e| fail("redrive all", e));
+    let mut redriven: Vec<String> = report.redriven.iter().map(ToString::to_string).collect();
+    redriven.sort();
+    assert_eq!(redriven, ["op-2", "op-3"]);
+    assert!(report.not_found.is_empty());
+    assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 0);
 }

@@ -551,7 +551,7 @@ impl State {
             .into_dead(topic.clone(), reason);
             let dlq = self.dead_letter_queue(&topic);
             dlq.push_ready(entry);
-            crate::dead_letter_depth::record(dlq.name(), dlq.depth() as u64);
+            crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
         }
         self.log(topic)
             .finish(group, member, delivered)

@@ -1,0 +1,236 @@
+//! The dead letter as an operator sees it: one API over every transport (rule 2: "a dead letter an
+//! operator can read and redrive").
+//!
+//! Every dead letter — a RabbitMQ dead-letter queue, a Redis dead-letter stream, a JetStream
+//! dead-letter stream, a Kafka dead-letter topic, the in-memory broker's, an outbox store's dead
+//! records — implements [`DeadLetters`]: count, list a page at a time, peek one unit by id,
+//! redrive by id or all, purge by id. Each answers with the same [`DeadLetter`] record and the same
+//! [`RedriveReport`], so an operator's tool (`examples/dlq.rs`) is written once.
+//!
+//! A redrive sends the unit back to where it came from **under its own id**, with its own payload
+//! and headers (the `x-dead-letter-*` ones removed), so a handler idempotent by id treats it as the
+//! unit it is (rule 3); the mechanism counts its deliveries afresh.
+//!
+//! ```
+//! use delivery::dead_letter::{DeadLetters, Selection};
+//! use delivery::memory::{MemoryBroker, QueueConfig};
+//! use delivery::{ReasonKind, Unit, UnitId};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), delivery::TransportError> {
+//! let broker = MemoryBroker::new();
+//! broker.declare("orders", QueueConfig::default()).unwrap();
+//! # #[delivery::consumer]
+//! # async fn take(_n: delivery::Json<u32>) -> Result<(), delivery::HandlerError> { Ok(()) }
+//! # broker.publish("orders", Unit::new("o-1", "not json"));
+//! # delivery::Consumer::new(broker.consume("orders")).shutdown_on(broker.idle("orders")).run(take).await;
+//! // ... a consumer dead-lettered `o-1` as malformed ...
+//! let dead = broker.dead_letters("orders");
+//! assert_eq!(DeadLetters::count(&dead).await?, 1);
+//! let page = DeadLetters::list(&dead, 10, None).await?;
+//! assert_eq!(page.records[0].reason, Some(ReasonKind::Malformed));
+//! let report = DeadLetters::redrive(&dead, Selection::Ids(&[UnitId::new("o-1")])).await?;
+//! assert_eq!(report.redriven, [UnitId::new("o-1")]);
+//! assert_eq!(broker.depth("orders"), 1);
+//! # Ok(()) }
+//! ```
+
+pub(crate) mod depth;
+
+use std::fmt;
+use std::future::Future;
+use std::time::SystemTime;
+
+use crate::disposition::ReasonKind;
+use crate::transport::TransportError;
+use crate::unit::{DeliveryCount, Unit, UnitId};
+
+/// A unit in a dead letter, as an operator reads it. The same record for every transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// The unit exactly as it was delivered: its id, payload and own headers (without the
+    /// `x-dead-letter-*` ones), and as its delivery count the delivery on which it was
+    /// dead-lettered (1 where none was recorded).
+    pub unit: Unit,
+    /// Why it was dead-lettered, as recorded with it; `None` where nothing this crate knows was
+    /// recorded (a unit the broker dead-lettered on its own).
+    pub reason: Option<ReasonKind>,
+    /// The detail of the reason: the decode error, the handler's error. Empty if none.
+    pub detail: String,
+    /// Where it came from (the queue, stream or topic), where a redrive sends it back. Empty if
+    /// unknown.
+    pub source: String,
+    /// When it was dead-lettered, as the mechanism recorded it (a stream entry's id, a message's
+    /// timestamp), where it records one.
+    pub dead_lettered_at: Option<SystemTime>,
+    /// Where it stands in the dead letter (a stream entry id, a sequence, an offset): what a
+    /// [`Cursor`] points after.
+    pub position: String,
+}
+
+impl DeadLetter {
+    /// A record of `unit` dead-lettered from `source` at `position`; the rest is set with the
+    /// public fields.
+    pub(crate) fn new(unit: Unit, source: impl Into<String>, position: impl Into<String>) -> Self {
+        DeadLetter {
+            unit,
+            reason: None,
+            detail: String::new(),
+            source: source.into(),
+            dead_lettered_at: None,
+            position: position.into(),
+        }
+    }
+
+    /// The unit's id.
+    pub fn id(&self) -> &UnitId {
+        self.unit.id()
+    }
+
+    /// The delivery on which the unit was dead-lettered.
+    pub fn delivery_count(&self) -> DeliveryCount {
+        self.unit.delivery_count()
+    }
+}
+
+impl fmt::Display for DeadLetter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.delivery_count();
+        write!(
+            f,
+            "{id}  from {source}  after {count} deliver{ies}  {reason}: {detail}  payload: {payload}",
+            id = self.unit.id(),
+            source = self.source,
+            ies = if count.get() == 1 { "y" } else { "ies" },
+            reason = self.reason.map_or("unknown", ReasonKind::as_str),
+            detail = self.detail,
+            payload = String::from_utf8_lossy(self.unit.payload()),
+        )
+    }
+}
+
+/// Where a listing goes on from: after the record at this [`DeadLetter::position`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cursor(String);
+
+impl Cursor {
+    /// A cursor after the record at `position` (a [`DeadLetter::position`], or what
+    /// [`Cursor::as_str`] gave, e.g. from a command line).
+    pub fn new(position: impl Into<String>) -> Self {
+        Cursor(position.into())
+    }
+
+    /// The position, to print or to pass on.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One page of a dead letter, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// At most the asked-for number of records.
+    pub records: Vec<DeadLetter>,
+    /// Where the next page starts; `None` once the dead letter has no more.
+    pub next: Option<Cursor>,
+}
+
+impl Listing {
+    /// A page of `records`, followed by more when `more` (the cursor is the last record's
+    /// position).
+    pub(crate) fn page(records: Vec<DeadLetter>, more: bool) -> Self {
+        let next = if more {
+            records.last().map(|r| Cursor::new(r.position.clone()))
+        } else {
+            None
+        };
+        Listing { records, next }
+    }
+}
+
+/// Which units a [`DeadLetters::redrive`] moves back.
+#[derive(Clone, Copy, Debug)]
+pub enum Selection<'a> {
+    /// The units with these ids (every copy of each).
+    Ids(&'a [UnitId]),
+    /// Every unit in the dead letter.
+    All,
+}
+
+impl Selection<'_> {
+    /// Whether the unit with `id` is selected.
+    pub fn contains(&self, id: &UnitId) -> bool {
+        match self {
+            Selection::Ids(ids) => ids.contains(id),
+            Selection::All => true,
+        }
+    }
+}
+
+/// What a redrive did. The same for every transport.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedriveReport {
+    /// The ids of the units sent back to their source, in the order they were (one per copy).
+    pub redriven: Vec<UnitId>,
+    /// Ids asked for by [`Selection::Ids`] that the dead letter does not hold.
+    pub not_found: Vec<UnitId>,
+}
+
+impl RedriveReport {
+    /// The report of a redrive of `selection` that moved `redriven`.
+    pub(crate) fn of(selection: Selection<'_>, redriven: Vec<UnitId>) -> Self {
+        let not_found = match selection {
+            Selection::Ids(ids) => ids
+                .iter()
+                .filter(|id| !redriven.contains(id))
+                .cloned()
+                .collect(),
+            Selection::All => Vec::new(),
+        };
+        RedriveReport {
+            redriven,
+            not_found,
+        }
+    }
+}
+
+/// A dead letter an operator reads and redrives: the one API every transport's dead letter
+/// implements (see the [module docs](self)).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a dead letter an operator can read",
+    note = "every transport's dead letter implements `DeadLetters`: RabbitDeadLetters, RedisDeadLetters, NatsDeadLetters, KafkaDeadLetters, MemoryDeadLetters"
+)]
+pub trait DeadLetters: Send + Sync {
+    /// The dead letter's name: its queue, stream, topic or table.
+    fn name(&self) -> &str;
+
+    /// How many units it holds. Also records the `delivery_dead_letter_depth` gauge.
+    fn count(&self) -> impl Future<Output = Result<u64, TransportError>> + Send;
+
+    /// Up to `limit` records, oldest first, after `after` (from the start when `None`), without
+    /// removing them.
+    fn list(
+        &self,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> impl Future<Output = Result<Listing, TransportError>> + Send;
+
+    /// The record of the unit with `id`, without removing it; the oldest if several copies are
+    /// held.
+    fn peek(
+        &self,
+        id: &UnitId,
+    ) -> impl Future<Output = Result<Option<DeadLetter>, TransportError>> + Send;
+
+    /// Sends the selected units back to their source under their own ids, each removed from the
+    /// dead letter only once the source holds it.
+    fn redrive(
+        &self,
+        selection: Selection<'_>,
+    ) -> impl Future<Output = Result<RedriveReport, TransportError>> + Send;
+
+    /// Removes the units with `ids` for good. Returns how many records were removed.
+    fn purge(&self, ids: &[UnitId]) -> impl Future<Output = Result<u64, TransportError>> + Send;
+}
