@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use delivery::memory::MemoryBroker;
-use delivery::{Consumer, Disposition, HandlerError, Json, Settle, Source, State, Unit, consumer};
+use delivery::{Consumer, Disposition, HandlerError, Json, Source, State, Unit, consumer};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
@@ -108,7 +108,9 @@ async fn hand_written() -> f64 {
             Ok(tick) => effect(&shared, &tick).await,
             Err(_) => unreachable!("the bench publishes valid JSON"),
         }
-        handle.settle(&unit, &Disposition::Ack).await.unwrap();
+        delivery::testing::settle(handle, &unit, &Disposition::Ack)
+            .await
+            .unwrap();
     }
     drop(source);
     let rate = units() as f64 / started.elapsed().as_secs_f64();

@@ -204,7 +204,7 @@ async fn redeclaring_with_a_different_limit_names_the_argument() {
 /// delivery; the first delivery's count is 1 whatever the broker's header says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
-    use delivery::{Disposition, Settle, Source};
+    use delivery::{Settle, Source};
     let rabbit = Rabbit::new().await;
     let topology = rabbit.topology("no-id");
     rabbit.delete(&topology).await;
@@ -236,18 +236,13 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
         first.id()
     );
     handle
-        .settle(
-            &first,
-            &Disposition::Return {
-                after: std::time::Duration::ZERO,
-            },
-        )
+        .give_back(&first, std::time::Duration::ZERO)
         .await
         .unwrap();
     let (second, handle) = source.receive().await.unwrap().unwrap();
     assert_eq!(second.id(), first.id());
     assert_eq!(second.delivery_count().get(), 2);
-    handle.settle(&second, &Disposition::Ack).await.unwrap();
+    handle.ack(&second).await.unwrap();
     drop(source);
     let _ = connection.close(200, "ok".into()).await;
     rabbit.delete(&topology).await;

@@ -499,8 +499,8 @@ async fn a_unit_failing_every_delivery_is_dead_lettered_at_the_logs_bound() {
     assert_eq!(counts, [1, 2, 3], "a crash loop counts its deliveries");
     assert_eq!(broker.committed("payments", "ledger", 0), None);
 
-    // The next delivery would be past the bound: the broker dead-letters the unit instead of
-    // handing it to a handler again.
+    // The next delivery is past the bound: the runtime dead-letters the unit before any handler
+    // runs.
     app.held.lock().unwrap().clear();
     Consumer::new(broker.consume_log("payments", "ledger"))
         .state(app.clone())
@@ -514,7 +514,11 @@ async fn a_unit_failing_every_delivery_is_dead_lettered_at_the_logs_bound() {
     );
     let letter = broker.dead_letters("payments").peek("u-1").unwrap();
     assert_eq!(letter.reason.unwrap(), ReasonKind::Exhausted);
-    assert_eq!(letter.delivery_count().get(), 3);
+    assert_eq!(
+        letter.delivery_count().get(),
+        4,
+        "recorded on the delivery past the bound, which no handler saw"
+    );
     assert_eq!(letter.unit.payload(), event(1).payload(), "intact");
     assert_eq!(broker.committed("payments", "ledger", 0), Some(1));
 }

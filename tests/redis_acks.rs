@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use delivery::redis::{RedisHandle, RedisSource, RedisTopology};
-use delivery::{Disposition, Settle, Source, TransportError, Unit};
+use delivery::{Disposition, Source, TransportError, Unit};
 use futures_util::{FutureExt, StreamExt};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
@@ -93,7 +93,7 @@ async fn pending_total(redis: &mut MultiplexedConnection, stream: &str) -> i64 {
 type Settling = Pin<Box<dyn Future<Output = Result<(), TransportError>> + Send>>;
 
 fn settle(unit: Unit, handle: RedisHandle) -> Settling {
-    Box::pin(async move { handle.settle(&unit, &Disposition::Ack).await })
+    Box::pin(async move { delivery::testing::settle(handle, &unit, &Disposition::Ack).await })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

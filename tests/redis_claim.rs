@@ -1,14 +1,29 @@
 //! Pending entries of a consumer that died are claimed back by another consumer of the group,
 //! with Redis's own delivery count, and not before the claim idle time; an entry claimed past the
-//! bound goes to the dead letter without reaching a handler. Against the real Redis.
+//! bound goes to the dead letter (the runtime's check) without reaching a handler. Against the real Redis.
 #![cfg(feature = "redis")]
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{Disposition, ReasonKind, Settle, Source, Unit};
+use delivery::{
+    Consumer, Disposition, HandlerError, ReasonKind, Source, State, Unit, UnitId, consumer,
+};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
+
+/// The ids a handler saw.
+#[derive(Clone, Default)]
+struct Seen {
+    ids: Arc<Mutex<Vec<String>>>,
+}
+
+#[consumer]
+async fn record(State(seen): State<Seen>, id: UnitId) -> Result<(), HandlerError> {
+    seen.ids.lock().unwrap().push(id.to_string());
+    Ok(())
+}
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -101,7 +116,9 @@ async fn a_dead_consumers_unit_is_claimed_by_another_after_the_idle_time() {
     let (second, handle) = c.receive().await.unwrap().unwrap();
     assert_eq!(second.id().as_str(), "u-2");
     assert_eq!(second.delivery_count().get(), 1);
-    handle.settle(&second, &Disposition::Ack).await.unwrap();
+    delivery::testing::settle(handle, &second, &Disposition::Ack)
+        .await
+        .unwrap();
     assert_eq!(
         pending(&mut redis, &topology.stream, &entry_id).await,
         Some(("a".into(), 1)),
@@ -127,7 +144,9 @@ async fn a_dead_consumers_unit_is_claimed_by_another_after_the_idle_time() {
         pending(&mut redis, &topology.stream, &entry_id).await,
         Some(("b".into(), 2))
     );
-    handle.settle(&claimed, &Disposition::Ack).await.unwrap();
+    delivery::testing::settle(handle, &claimed, &Disposition::Ack)
+        .await
+        .unwrap();
     assert_eq!(
         pending(&mut redis, &topology.stream, &entry_id).await,
         None,
@@ -164,19 +183,35 @@ async fn a_unit_claimed_past_the_bound_goes_to_the_dead_letter_unhandled() {
         );
         drop((handle, source));
     }
-    // The third claim would be delivery 3: the source moves it to the dead letter instead and
-    // hands out the next unit. (The wait makes the entry claimable when `c` starts, so `c`'s
-    // first fetch claims before it reads.)
+    // The third claim is delivery 3, past the bound: the runtime moves it to the dead letter
+    // before any handler runs, and goes on to the next unit. (The wait makes the entry
+    // claimable when `c` starts, so `c`'s first fetch claims before it reads.)
     tokio::time::sleep(Duration::from_millis(100)).await;
     delivery::redis::publish(&mut redis, &topology.stream, &Unit::new("next", "{}"))
         .await
         .unwrap();
-    let mut source = RedisSource::connect(&url, topology.clone().consumer("c"))
+    let source = RedisSource::connect(&url, topology.clone().consumer("c"))
         .await
         .unwrap();
-    let (unit, handle) = source.receive().await.unwrap().unwrap();
-    assert_eq!(unit.id().as_str(), "next");
-    handle.settle(&unit, &Disposition::Ack).await.unwrap();
+    let seen = Seen::default();
+    let report = Consumer::new(source)
+        .state(seen.clone())
+        .shutdown_on({
+            let seen = seen.clone();
+            async move {
+                while !seen.ids.lock().unwrap().iter().any(|id| id == "next") {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        })
+        .run(record)
+        .await;
+    assert_eq!(
+        *seen.ids.lock().unwrap(),
+        ["next"],
+        "the unit past the bound never reached a handler"
+    );
+    assert_eq!((report.acked, report.dead_lettered), (1, 1), "{report:?}");
     let dead = RedisDeadLetters::new(&url, &topology)
         .unwrap()
         .peek(10)
@@ -197,7 +232,6 @@ async fn a_unit_claimed_past_the_bound_goes_to_the_dead_letter_unhandled() {
         matches!(&summary, Value::Array(s) if s.first() == Some(&Value::Int(0))),
         "acknowledged once dead-lettered: {summary:?}"
     );
-    drop(source);
     let _: () = redis::cmd("DEL")
         .arg(&topology.stream)
         .arg(topology.dead_letter_stream_name())

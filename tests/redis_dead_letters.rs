@@ -3,7 +3,7 @@
 #![cfg(feature = "redis")]
 
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Settle, Source, Unit};
+use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Source, Unit};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis::Value;
 
@@ -56,7 +56,9 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
             ReasonKind::Rejected,
             format!("{} refused", unit.id()),
         ));
-        handle.settle(&unit, &refused).await.unwrap();
+        delivery::testing::settle(handle, &unit, &refused)
+            .await
+            .unwrap();
     }
 
     let dead = RedisDeadLetters::new(&url, &topology).unwrap();
@@ -149,7 +151,9 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
         assert_eq!(unit.payload().as_ref(), payload.as_bytes());
         assert_eq!(unit.delivery_count().get(), 1);
         assert_ne!(handle.entry_id(), id, "a new entry");
-        handle.settle(&unit, &Disposition::Ack).await.unwrap();
+        delivery::testing::settle(handle, &unit, &Disposition::Ack)
+            .await
+            .unwrap();
     }
 
     drop(source);

@@ -1,15 +1,19 @@
 //! What a transport provides the consumer runtime: a [`Source`] of units, and for each unit a
-//! [`Settle`] handle that carries out the runtime's [`Disposition`].
+//! [`Settle`] handle with the mechanism's primitives (acknowledge, give back, copy to the dead
+//! letter).
 //!
 //! Transports decide nothing: whether a unit is acknowledged, returned or dead-lettered is
-//! [`decide`](crate::decide)'s answer, applied in one place (`consumer::settle`).
+//! [`decide`](crate::decide)'s answer, carried out in one place (`consumer::settle`), which alone
+//! composes the primitives.
 
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::num::NonZeroU32;
 
-use crate::disposition::Disposition;
+use std::time::Duration;
+
+use crate::disposition::DeadLetterReason;
 use crate::unit::Unit;
 
 /// A stream of delivered units: a queue consumer, a stream read by a consumer group, the in-memory
@@ -38,23 +42,50 @@ pub trait Source: Send + 'static {
 }
 
 /// The handle of one delivered unit: the only thing that can acknowledge it. The runtime holds it
-/// while the handler runs and consumes it with [`Settle::settle`]; handlers never see it.
+/// while the handler runs and settles the unit through it; handlers never see it.
+///
+/// A transport provides **primitives** only — acknowledge, give back, copy to the dead letter.
+/// The order they run in (a dead-letter copy confirmed before the original is acknowledged; a
+/// unit whose copy failed given back, never dropped), the log line and the metrics are the
+/// runtime's, written once for every transport in `consumer::settle`.
 ///
 /// Dropping a handle without settling it must leave the unit to be redelivered, as a broker does
 /// with the units of a consumer that went away.
-pub trait Settle: Send + 'static {
-    /// Carries out `disposition` for `unit`:
-    /// - [`Disposition::Ack`] — acknowledge;
-    /// - [`Disposition::Return`] — hand the unit back so the mechanism delivers it again, no sooner
-    ///   than `after`, counting the delivery;
-    /// - [`Disposition::DeadLetter`] — move the unit intact — payload, id and headers — to the dead
-    ///   letter with the reason, source and delivery count recorded, and only once that is
-    ///   confirmed, acknowledge it. If the move fails, return the unit instead; never drop it.
-    fn settle(
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a handle that settles a delivered unit",
+    note = "a transport's handle implements `Settle` with its primitives: `ack`, `give_back`, `copy_to_dead_letter`"
+)]
+pub trait Settle: Sized + Send + 'static {
+    /// Acknowledges the unit: its effect is committed, and the mechanism forgets it.
+    fn ack(self, unit: &Unit) -> impl Future<Output = Result<(), TransportError>> + Send;
+
+    /// Hands the unit back so the mechanism delivers it again no sooner than `after` (as near
+    /// as the mechanism allows), counting the delivery.
+    fn give_back(
         self,
         unit: &Unit,
-        disposition: &Disposition,
+        after: Duration,
     ) -> impl Future<Output = Result<(), TransportError>> + Send;
+
+    /// Puts an intact copy of the unit — payload, id and headers — in the dead letter, recording
+    /// `reason`, the source and the delivery count (the names in [`crate::headers`]), and
+    /// returns once the mechanism confirmed it holds the copy. The original stays unsettled: the
+    /// runtime then [finishes](Settle::finish_dead_lettered) it, or gives it back if this failed.
+    fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send;
+
+    /// Settles the original once its copy is confirmed in the dead letter. By default it is
+    /// acknowledged; a mechanism that must be told the unit is not to be delivered again in
+    /// another way says so here (JetStream's `+TERM`).
+    fn finish_dead_lettered(
+        self,
+        unit: &Unit,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        self.ack(unit)
+    }
 }
 
 /// A failure of the transport itself (a lost connection, an unconfirmed publish).

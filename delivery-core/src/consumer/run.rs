@@ -120,6 +120,14 @@ async fn one_at_a_time<Src, S, H>(
             }
         };
         pace.receive.succeeded();
+        if unit.delivery_count().get() > env.policy.max_deliveries.get() {
+            let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
+            count(
+                report,
+                settle::apply!(handle, &unit, &outcome, &disposition, env.counters),
+            );
+            continue;
+        }
 
         let mut stopping = false;
         let make = || env.handler.call(&unit, env.state);
@@ -441,6 +449,10 @@ where
     L: Settle,
 {
     async move {
+        if unit.delivery_count().get() > env.policy.max_deliveries.get() {
+            let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
+            return settle::apply!(handle, &unit, &outcome, &disposition, env.counters);
+        }
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
         let mut run = Guarded::new(make, call.as_mut());

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use metrics::Counter;
 
-use crate::disposition::{Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide};
+use crate::disposition::{
+    DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
+};
+use crate::transport::Settle;
 use crate::transport::TransportError;
 use crate::unit::Unit;
 
@@ -61,16 +64,82 @@ pub(crate) fn disposition(
 /// `apply!(handle, &unit, &outcome, &disposition, counters)` evaluates to the unit's [`Settled`],
 /// in an async context.
 ///
-/// A macro rather than an `async fn`, so the caller's state machine awaits the transport's future
-/// itself: a function here would add a state machine of its own, set up and torn down per unit.
+/// A macro rather than an `async fn`, so the caller's state machine awaits the transport's
+/// acknowledgement itself: a function here would add a state machine of its own, set up and torn
+/// down per unit. Everything but an acknowledgement goes through [`carry_out`].
 macro_rules! apply {
     ($handle:expr, $unit:expr, $outcome:expr, $disposition:expr, $counters:expr $(,)?) => {{
         let (unit, disposition) = ($unit, $disposition);
-        let result = $crate::transport::Settle::settle($handle, unit, disposition).await;
+        let result = match disposition {
+            $crate::disposition::Disposition::Ack => {
+                $crate::transport::Settle::ack($handle, unit).await
+            }
+            _ => $crate::consumer::settle::carry_out($handle, unit, disposition).await,
+        };
         $crate::consumer::settle::record(result, unit, $outcome, disposition, $counters)
     }};
 }
 pub(crate) use apply;
+
+/// How long a unit whose dead-letter copy was not confirmed waits before it is delivered again.
+const AFTER_A_FAILED_DEAD_LETTER: Duration = Duration::from_secs(1);
+
+/// The one place the primitives of [`Settle`] are composed (rules 1 and 2):
+/// - ack: acknowledge;
+/// - return: give back after the wait, counting the delivery;
+/// - dead letter: an intact copy first, confirmed by the mechanism; only then is the original
+///   finished (acknowledged). If the copy fails, the original is given back — never acknowledged,
+///   never dropped — and the failure reported.
+#[inline(never)]
+pub(crate) async fn carry_out<H: Settle>(
+    mut handle: H,
+    unit: &Unit,
+    disposition: &Disposition,
+) -> Result<(), TransportError> {
+    match disposition {
+        Disposition::Ack => handle.ack(unit).await,
+        Disposition::Return { after } => handle.give_back(unit, *after).await,
+        Disposition::DeadLetter(reason) => match handle.copy_to_dead_letter(unit, reason).await {
+            Ok(()) => handle.finish_dead_lettered(unit).await.map_err(|error| {
+                TransportError::msg(
+                    "settling a dead-lettered unit",
+                    format!(
+                        "{error}; its copy is in the dead letter, and the original will be \
+                         delivered again (and dead-lettered again)"
+                    ),
+                )
+            }),
+            Err(error) => {
+                let returned = handle.give_back(unit, AFTER_A_FAILED_DEAD_LETTER).await;
+                Err(TransportError::msg(
+                    "moving the unit to the dead letter",
+                    match returned {
+                        Ok(()) => format!("{error}; the unit was returned instead"),
+                        Err(e) => format!(
+                            "{error}; returning it failed too ({e}); the mechanism will deliver it again"
+                        ),
+                    },
+                ))
+            }
+        },
+    }
+}
+
+/// The disposition of a unit that arrived past the bound (its consumers crashed or stopped on
+/// every delivery, so no failure was ever recorded): dead-lettered as exhausted before any handler
+/// runs, whatever the transport (rule 2).
+#[cold]
+pub(crate) fn past_the_bound(unit: &Unit, policy: &RedeliveryPolicy) -> (Outcome, Disposition) {
+    let detail = format!(
+        "delivered {} times (bound {}) without being settled: its consumers stopped or crashed while handling it",
+        unit.delivery_count(),
+        policy.max_deliveries
+    );
+    (
+        Outcome::Failed(detail.clone()),
+        Disposition::DeadLetter(DeadLetterReason::new(ReasonKind::Exhausted, detail)),
+    )
+}
 
 /// Logs the disposition once and counts it. A carried-out acknowledgement, the common case, is
 /// handled inline; everything else (with its larger log records) out of line.

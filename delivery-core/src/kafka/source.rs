@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::is_bookkeeping_header;
 use super::topology::KafkaTopology;
-use crate::disposition::Disposition;
+use crate::disposition::DeadLetterReason;
 use crate::offset::{OffsetError, Watermarks};
 use crate::pace::Retry;
 use crate::transport::{Settle, Source, TransportError};
@@ -786,58 +786,65 @@ fn text<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
     }
 }
 
+impl KafkaHandle {
+    /// The unit's own headers, where it was first read, and the count it carries.
+    fn carrying(&self, unit: &Unit, count: DeliveryCount) -> OwnedHeaders {
+        self.carried(unit).insert(text(
+            crate::headers::DELIVERY_COUNT,
+            &count.get().to_string(),
+        ))
+    }
+}
+
 impl Settle for KafkaHandle {
-    async fn settle(self, unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
-        match disposition {
-            Disposition::Ack => {}
-            Disposition::Return { after } => {
-                let due_ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64)
-                    .saturating_add(after.as_millis() as u64);
-                let headers = self
-                    .carried(unit)
-                    .insert(text(
-                        crate::headers::DELIVERY_COUNT,
-                        &unit.delivery_count().next().get().to_string(),
-                    ))
-                    .insert(text(crate::headers::DUE_MS, &due_ms.to_string()));
-                let topic = self.shared.retry_topic.clone();
-                self.publish(&topic, unit.payload(), headers).await?;
-            }
-            Disposition::DeadLetter(reason) => {
-                let headers = self
-                    .carried(unit)
-                    .insert(text(
-                        crate::headers::DELIVERY_COUNT,
-                        &unit.delivery_count().get().to_string(),
-                    ))
-                    .insert(text(
-                        crate::headers::DEAD_LETTER_REASON,
-                        reason.kind().as_str(),
-                    ))
-                    .insert(text(crate::headers::DEAD_LETTER_DETAIL, reason.detail()))
-                    .insert(text(
-                        crate::headers::DEAD_LETTER_SOURCE_TOPIC,
-                        &self.origin.topic,
-                    ))
-                    .insert(text(
-                        crate::headers::DEAD_LETTER_SOURCE_PARTITION,
-                        &self.origin.partition.to_string(),
-                    ))
-                    .insert(text(
-                        crate::headers::DEAD_LETTER_SOURCE_OFFSET,
-                        &self.origin.offset.to_string(),
-                    ))
-                    .insert(text(
-                        crate::headers::DEAD_LETTER_DELIVERY_COUNT,
-                        &unit.delivery_count().get().to_string(),
-                    ));
-                let topic = self.shared.dead_letter_topic.clone();
-                self.publish(&topic, unit.payload(), headers).await?;
-            }
-        }
+    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
         self.finish();
         Ok(())
+    }
+
+    /// Republished to the retry topic with the count of its next delivery and when it is due;
+    /// only then is its offset final.
+    async fn give_back(self, unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let due_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+            .saturating_add(after.as_millis() as u64);
+        let headers = self
+            .carrying(unit, unit.delivery_count().next())
+            .insert(text(crate::headers::DUE_MS, &due_ms.to_string()));
+        let topic = self.shared.retry_topic.clone();
+        self.publish(&topic, unit.payload(), headers).await?;
+        self.finish();
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let count = unit.delivery_count().get().to_string();
+        let headers = self
+            .carrying(unit, unit.delivery_count())
+            .insert(text(
+                crate::headers::DEAD_LETTER_REASON,
+                reason.kind().as_str(),
+            ))
+            .insert(text(crate::headers::DEAD_LETTER_DETAIL, reason.detail()))
+            .insert(text(
+                crate::headers::DEAD_LETTER_SOURCE_TOPIC,
+                &self.origin.topic,
+            ))
+            .insert(text(
+                crate::headers::DEAD_LETTER_SOURCE_PARTITION,
+                &self.origin.partition.to_string(),
+            ))
+            .insert(text(
+                crate::headers::DEAD_LETTER_SOURCE_OFFSET,
+                &self.origin.offset.to_string(),
+            ))
+            .insert(text(crate::headers::DEAD_LETTER_DELIVERY_COUNT, &count));
+        let topic = self.shared.dead_letter_topic.clone();
+        self.publish(&topic, unit.payload(), headers).await
     }
 }

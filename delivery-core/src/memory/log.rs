@@ -381,7 +381,7 @@ impl MemoryBroker {
     ///
     /// ```
     /// use delivery::memory::MemoryBroker;
-    /// use delivery::{Disposition, Settle, Source, Unit};
+    /// use delivery::{Settle, Source, Unit};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let broker = MemoryBroker::new();
@@ -390,9 +390,9 @@ impl MemoryBroker {
     /// let mut source = broker.consume_log("orders", "billing");
     /// let (first, held) = source.receive().await.unwrap().unwrap();
     /// let (second, done) = source.receive().await.unwrap().unwrap();
-    /// done.settle(&second, &Disposition::Ack).await.unwrap();
+    /// done.ack(&second).await.unwrap();
     /// assert_eq!(broker.committed("orders", "billing", 0), None); // o-1 is not final
-    /// held.settle(&first, &Disposition::Ack).await.unwrap();
+    /// held.ack(&first).await.unwrap();
     /// assert_eq!(broker.committed("orders", "billing", 0), Some(2));
     /// # }
     /// ```
@@ -427,7 +427,7 @@ impl MemoryBroker {
     ///
     /// ```
     /// use delivery::memory::MemoryBroker;
-    /// use delivery::{Disposition, Settle, Source, Unit};
+    /// use delivery::{Settle, Source, Unit};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let broker = MemoryBroker::new();
@@ -436,7 +436,7 @@ impl MemoryBroker {
     /// let mut source = broker.consume_log("orders", "billing");
     /// let (unit, handle) = source.receive().await.unwrap().unwrap();
     /// assert!(!caught_up.is_finished());
-    /// handle.settle(&unit, &Disposition::Ack).await.unwrap();
+    /// handle.ack(&unit).await.unwrap();
     /// caught_up.await.unwrap();
     /// # }
     /// ```

@@ -161,6 +161,11 @@ impl Queue {
     }
 
     /// Removes a held unit, if `consumer` still holds it.
+    /// The unit held under `tag`, still held.
+    pub(crate) fn held(&self, tag: u64) -> Option<&Entry> {
+        self.held.get(&tag).map(|(_, e)| e)
+    }
+
     pub(crate) fn release(&mut self, tag: u64) -> Option<Entry> {
         let entry = self.held.remove(&tag).map(|(_, e)| e);
         if entry.is_some() {

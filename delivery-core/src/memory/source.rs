@@ -3,13 +3,14 @@
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Shared;
 use super::queue::Entry;
-use crate::disposition::Disposition;
+use crate::disposition::DeadLetterReason;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -154,39 +155,55 @@ fn move_to_dead_letter(state: &mut super::State, queue: &str, dead: Entry) {
 }
 
 impl MemoryHandle {
-    fn apply(&mut self, disposition: &Disposition) -> Result<(), TransportError> {
+    /// Takes the unit out of this consumer's hands: from now on it is settled.
+    fn release(
+        &mut self,
+    ) -> (
+        std::sync::MutexGuard<'_, super::State>,
+        Result<Entry, TransportError>,
+    ) {
         self.settled = true;
         let mut state = self.shared.lock();
-        let Some(entry) = state.queue(&self.queue).release(self.tag) else {
-            return Err(TransportError::msg(
-                "settling a unit",
-                "the unit is no longer held by this consumer; the broker will redeliver it",
-            ));
-        };
-        match disposition {
-            Disposition::Ack => {}
-            Disposition::Return { after } => {
-                let due = (!after.is_zero()).then(|| Instant::now() + *after);
-                requeue(&mut state, &self.queue, entry, due);
-            }
-            Disposition::DeadLetter(reason) => {
-                // Moved and acknowledged in one step under the broker's lock: the unit is never
-                // in neither place.
-                let dead = entry.into_dead(self.queue.clone(), reason.clone());
-                move_to_dead_letter(&mut state, &self.queue, dead);
-            }
-        }
-        Ok(())
+        let entry = state.queue(&self.queue).release(self.tag).ok_or_else(gone);
+        (state, entry)
     }
 }
 
+fn gone() -> TransportError {
+    TransportError::msg(
+        "settling a unit",
+        "the unit is no longer held by this consumer; the broker will redeliver it",
+    )
+}
+
 impl Settle for MemoryHandle {
-    async fn settle(
-        mut self,
+    async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
+        self.release().1.map(drop)
+    }
+
+    async fn give_back(mut self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let queue = self.queue.clone();
+        let (mut state, entry) = self.release();
+        let entry = entry?;
+        let due = (!after.is_zero()).then(|| Instant::now() + after);
+        requeue(&mut state, &queue, entry, due);
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
         _unit: &Unit,
-        disposition: &Disposition,
+        reason: &DeadLetterReason,
     ) -> Result<(), TransportError> {
-        self.apply(disposition)
+        let mut state = self.shared.lock();
+        let entry = state
+            .queue(&self.queue)
+            .held(self.tag)
+            .cloned()
+            .ok_or_else(gone)?;
+        let dead = entry.into_dead(self.queue.clone(), reason.clone());
+        move_to_dead_letter(&mut state, &self.queue, dead);
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::codec;
 use super::dead_letter::NatsDeadLetters;
 use super::topology::NatsTopology;
-use crate::disposition::{DeadLetterReason, Disposition};
+use crate::disposition::DeadLetterReason;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::{DeliveryCount, Stamp, Unit};
 
@@ -364,67 +364,40 @@ impl NatsHandle {
     }
 }
 
-impl Settle for NatsHandle {
-    async fn settle(
-        mut self,
-        unit: &Unit,
-        disposition: &Disposition,
-    ) -> Result<(), TransportError> {
+impl NatsHandle {
+    /// Stops keeping the delivery in progress and sends `kind` on its reply subject.
+    async fn send(mut self, kind: AckKind, what: &'static str) -> Result<(), TransportError> {
         let reply = self.reply.take().expect("a handle is settled once");
-        let shared = self.shared.clone();
-        match disposition {
-            Disposition::Ack => {
-                shared.release(self.slot);
-                shared
-                    .send(reply, AckKind::Ack, "acknowledging (+ACK)")
-                    .await
-            }
-            Disposition::Return { after } => {
-                shared.release(self.slot);
-                let delay = (!after.is_zero()).then_some(*after);
-                shared
-                    .send(reply, AckKind::Nak(delay), "returning the unit (-NAK)")
-                    .await
-            }
-            Disposition::DeadLetter(reason) => {
-                // Still held (and kept in progress) until the dead letter confirmed the copy.
-                let moved = self.move_to_dead_letter(unit, reason).await;
-                shared.release(self.slot);
-                match moved {
-                    Ok(()) => {
-                        shared
-                            .send(
-                                reply,
-                                AckKind::Term,
-                                "terminating a dead-lettered unit (+TERM)",
-                            )
-                            .await
-                    }
-                    Err(error) => {
-                        // Not in the dead letter: return the unit rather than drop it.
-                        let returned = shared
-                            .send(
-                                reply,
-                                AckKind::Nak(Some(Duration::from_secs(1))),
-                                "returning the unit (-NAK)",
-                            )
-                            .await;
-                        Err(TransportError::msg(
-                            "moving the unit to the dead letter",
-                            format!(
-                                "{error}; {}",
-                                match returned {
-                                    Ok(()) => "the unit was returned instead".to_owned(),
-                                    Err(e) => format!(
-                                        "returning it failed too ({e}); JetStream delivers it again after ack_wait"
-                                    ),
-                                }
-                            ),
-                        ))
-                    }
-                }
-            }
-        }
+        self.shared.release(self.slot);
+        self.shared.send(reply, kind, what).await
+    }
+}
+
+impl Settle for NatsHandle {
+    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.send(AckKind::Ack, "acknowledging (+ACK)").await
+    }
+
+    async fn give_back(self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let delay = (!after.is_zero()).then_some(after);
+        self.send(AckKind::Nak(delay), "returning the unit (-NAK)")
+            .await
+    }
+
+    /// Still held (and kept in progress) until the dead letter confirmed the copy.
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        self.move_to_dead_letter(unit, reason).await
+    }
+
+    /// `+TERM`: JetStream delivers it no more (an ack would do the same, but a terminated unit
+    /// is told apart in the stream's advisories).
+    async fn finish_dead_lettered(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.send(AckKind::Term, "terminating a dead-lettered unit (+TERM)")
+            .await
     }
 }
 

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use super::codec::{self, text_value};
 use super::publisher::ConfirmedPublisher;
 use super::topology::{QueueType, RabbitTopology};
-use crate::disposition::Disposition;
+use crate::disposition::DeadLetterReason;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -303,116 +303,98 @@ async fn requeue(acker: &Acker) -> Result<(), TransportError> {
     )
 }
 
+impl RabbitHandle {
+    fn acker(&mut self) -> Acker {
+        self.acker.take().expect("a handle is settled once")
+    }
+}
+
 impl Settle for RabbitHandle {
-    async fn settle(
-        mut self,
-        unit: &Unit,
-        disposition: &Disposition,
-    ) -> Result<(), TransportError> {
-        let acker = self.acker.take().expect("a handle is settled once");
-        match disposition {
-            Disposition::Ack => sent(
-                "acknowledging (basic.ack)",
-                acker.ack(BasicAckOptions::default()).await,
-            ),
-            Disposition::Return { after } if self.shared.classic => {
-                // The count travels with the unit: a copy carrying it goes to the back of the
-                // queue, confirmed, and only then is the original acknowledged.
-                let after = *after;
-                let properties = std::mem::take(&mut self.properties);
-                let unit = unit.clone();
-                let shared = self.shared.clone();
-                self.shared.returns.spawn(async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(after) => {}
-                        // The source is going away: return the unit now, while its channel is open.
-                        () = shared.closing.cancelled() => {}
-                    }
-                    if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
-                        tracing::warn!(unit.id = %unit.id(), queue = shared.queue, %error, "could not return the unit after its backoff");
-                        metrics::counter!("delivery_settle_failed_total", "source" => shared.queue.clone())
-                            .increment(1);
-                    }
-                });
-                Ok(())
-            }
-            Disposition::Return { after } if after.is_zero() => requeue(&acker).await,
-            Disposition::Return { after } => {
-                // The wait holds the delivery (and its prefetch slot), not the handler's
-                // concurrency slot. If the channel goes meanwhile, the broker returns it anyway;
-                // if the source is dropped, the return is made at once, after the consumer is
-                // cancelled (so the unit is not delivered to this consumer again on its way out,
-                // which would count a delivery twice).
-                let after = *after;
-                let id = unit.id().clone();
-                let queue = self.shared.queue.clone();
-                let closing = self.shared.closing.clone();
-                self.shared.returns.spawn(async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(after) => {}
-                        () = closing.cancelled() => {}
-                    }
-                    if let Err(error) = requeue(&acker).await {
-                        tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
-                        metrics::counter!("delivery_settle_failed_total", "source" => queue)
-                            .increment(1);
-                    }
-                });
-                Ok(())
-            }
-            Disposition::DeadLetter(reason) => {
-                let count = unit.delivery_count().get();
-                let headers = codec::rewrite(
-                    self.properties.headers().as_ref(),
-                    [
-                        (
-                            crate::headers::DEAD_LETTER_REASON,
-                            text_value(reason.kind().as_str()),
-                        ),
-                        (
-                            crate::headers::DEAD_LETTER_DETAIL,
-                            text_value(reason.detail()),
-                        ),
-                        (
-                            crate::headers::DEAD_LETTER_SOURCE,
-                            text_value(&self.shared.queue),
-                        ),
-                        (
-                            crate::headers::DEAD_LETTER_DELIVERY_COUNT,
-                            AMQPValue::LongLongInt(i64::from(count)),
-                        ),
-                    ],
-                );
-                let properties = std::mem::take(&mut self.properties).with_headers(headers);
-                let moved = self
-                    .shared
-                    .publisher
-                    .publish(&self.shared.dead_letter_queue, unit.payload(), properties)
-                    .await;
-                match moved {
-                    Ok(()) => sent(
-                        "acknowledging a dead-lettered unit (basic.ack)",
-                        acker.ack(BasicAckOptions::default()).await,
-                    ),
-                    Err(error) => {
-                        // Not confirmed: return the unit rather than drop it.
-                        let returned = requeue(&acker).await;
-                        Err(TransportError::msg(
-                            "moving the unit to the dead letter",
-                            format!(
-                                "{error}; {}",
-                                match returned {
-                                    Ok(()) => "the unit was returned instead".to_owned(),
-                                    Err(e) => format!(
-                                        "returning it failed too ({e}); the broker will deliver it again"
-                                    ),
-                                }
-                            ),
-                        ))
-                    }
+    async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
+        sent(
+            "acknowledging (basic.ack)",
+            self.acker().ack(BasicAckOptions::default()).await,
+        )
+    }
+
+    async fn give_back(mut self, unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let acker = self.acker();
+        if self.shared.classic {
+            // The count travels with the unit: a copy carrying it goes to the back of the
+            // queue, confirmed, and only then is the original acknowledged.
+            let properties = std::mem::take(&mut self.properties);
+            let unit = unit.clone();
+            let shared = self.shared.clone();
+            self.shared.returns.spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(after) => {}
+                    // The source is going away: return the unit now, while its channel is open.
+                    () = shared.closing.cancelled() => {}
                 }
-            }
+                if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
+                    tracing::warn!(unit.id = %unit.id(), queue = shared.queue, %error, "could not return the unit after its backoff");
+                    metrics::counter!("delivery_settle_failed_total", "source" => shared.queue.clone())
+                        .increment(1);
+                }
+            });
+            return Ok(());
         }
+        if after.is_zero() {
+            return requeue(&acker).await;
+        }
+        // The wait holds the delivery (and its prefetch slot), not the handler's concurrency
+        // slot. If the channel goes meanwhile, the broker returns it anyway; if the source is
+        // dropped, the return is made at once, after the consumer is cancelled (so the unit is
+        // not delivered to this consumer again on its way out, which would count a delivery
+        // twice).
+        let id = unit.id().clone();
+        let queue = self.shared.queue.clone();
+        let closing = self.shared.closing.clone();
+        self.shared.returns.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(after) => {}
+                () = closing.cancelled() => {}
+            }
+            if let Err(error) = requeue(&acker).await {
+                tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
+                metrics::counter!("delivery_settle_failed_total", "source" => queue)
+                    .increment(1);
+            }
+        });
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let headers = codec::rewrite(
+            self.properties.headers().as_ref(),
+            [
+                (
+                    crate::headers::DEAD_LETTER_REASON,
+                    text_value(reason.kind().as_str()),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_DETAIL,
+                    text_value(reason.detail()),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_SOURCE,
+                    text_value(&self.shared.queue),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_DELIVERY_COUNT,
+                    AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
+                ),
+            ],
+        );
+        let properties = self.properties.clone().with_headers(headers);
+        self.shared
+            .publisher
+            .publish(&self.shared.dead_letter_queue, unit.payload(), properties)
+            .await
     }
 }
 

@@ -16,7 +16,7 @@ use super::COMMAND_TIMEOUT;
 use super::ack::{Acks, Joined, Next, Turn};
 use super::entry::{self, Entry, Read};
 use super::topology::RedisTopology;
-use crate::disposition::{Disposition, ReasonKind};
+use crate::disposition::DeadLetterReason;
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::{DeliveryCount, Unit};
 
@@ -70,7 +70,6 @@ pub(super) struct Shared {
     /// Acknowledgements in flight, combined into one `XACK` at a time.
     acks: Acks,
     deleted: Counter,
-    exhausted: Counter,
 }
 
 fn next_consumer_name() -> String {
@@ -120,7 +119,6 @@ impl RedisSource {
             batch: topology.batch.max(1),
             block_ms: topology.block_millis(),
             deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
-            exhausted: metrics::counter!("delivery_dead_lettered_total", "source" => source_label, "reason" => ReasonKind::Exhausted.as_str()),
             stream: topology.stream.clone(),
             group: topology.group.clone(),
             client: client.clone(),
@@ -361,28 +359,8 @@ async fn claim_pending(
             tracing::debug!(stream = %shared.stream, entry.id = %entry.id, "claimed entry no longer pending for this consumer");
             continue;
         };
-        if count > shared.max_deliveries {
-            let detail = format!(
-                "delivered {count} times (bound {}) without being settled: its consumers stopped or crashed while handling it",
-                shared.max_deliveries
-            );
-            let unit_id = entry::unit_id(&entry.fields, &entry.id);
-            match shared
-                .dead_letter(&entry, ReasonKind::Exhausted, &detail, count)
-                .await
-            {
-                Ok(()) => {
-                    shared.exhausted.increment(1);
-                    tracing::error!(unit.id = %unit_id, delivery_count = count, disposition = "dead-letter",
-                        reason = "exhausted", detail, "unit moved to the dead letter");
-                }
-                Err(error) => {
-                    tracing::warn!(unit.id = %unit_id, delivery_count = count, %error,
-                        "could not move a unit past the bound to the dead letter; it stays pending");
-                }
-            }
-            continue;
-        }
+        // Past the bound (its consumers crashed on every delivery) it is handed out too: the
+        // runtime dead-letters it before any handler runs.
         out.push((entry, DeliveryCount::new(count)));
     }
     Ok((next, out))
@@ -449,13 +427,12 @@ impl Shared {
         outcome
     }
 
-    /// `XADD` the entry, intact, with the reason, to the dead letter; only once Redis answered,
-    /// `XACK` it. A failed `XADD` leaves the entry pending.
-    pub(super) async fn dead_letter(
+    /// `XADD`s the entry, intact, with the reason, to the dead letter, returning once Redis
+    /// answered. The entry stays pending until it is acknowledged.
+    async fn copy_to_dead_letter(
         &self,
         entry: &Entry,
-        kind: ReasonKind,
-        detail: &str,
+        reason: &DeadLetterReason,
         count: u32,
     ) -> Result<(), TransportError> {
         let mut connection = self.connection().await?;
@@ -467,35 +444,19 @@ impl Shared {
             }
         }
         add.arg(crate::headers::DEAD_LETTER_REASON)
-            .arg(kind.as_str())
+            .arg(reason.kind().as_str())
             .arg(crate::headers::DEAD_LETTER_DETAIL)
-            .arg(detail)
+            .arg(reason.detail())
             .arg(crate::headers::DEAD_LETTER_SOURCE)
             .arg(&self.stream)
             .arg(crate::headers::DEAD_LETTER_ENTRY_ID)
             .arg(&entry.id)
             .arg(crate::headers::DEAD_LETTER_DELIVERY_COUNT)
             .arg(count);
-        if let Err(error) = add.query_async::<Value>(&mut connection).await {
-            let error = self.failed("moving the unit to the dead letter (XADD)", error);
-            return Err(TransportError::msg(
-                "moving the unit to the dead letter",
-                format!(
-                    "{error}; entry {} stays pending and is claimed back",
-                    entry.id
-                ),
-            ));
-        }
-        self.ack(entry.id.clone()).await.map_err(|error| {
-            TransportError::msg(
-                "acknowledging a dead-lettered unit",
-                format!(
-                    "{error}; entry {} is in the dead letter and still pending: it will be \
-                     delivered again and dead-lettered twice",
-                    entry.id
-                ),
-            )
-        })
+        add.query_async::<Value>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|error| self.failed("moving the unit to the dead letter (XADD)", error))
     }
 }
 
@@ -527,22 +488,23 @@ impl RedisHandle {
 impl crate::marker::AckHandle for RedisHandle {}
 
 impl Settle for RedisHandle {
-    async fn settle(self, unit: &Unit, disposition: &Disposition) -> Result<(), TransportError> {
-        match disposition {
-            Disposition::Ack => self.shared.ack(self.entry.id).await,
-            // Left pending: claimed back once idle for the claim idle time, which is the
-            // backoff, and counted by Redis on that claim.
-            Disposition::Return { .. } => Ok(()),
-            Disposition::DeadLetter(reason) => {
-                self.shared
-                    .dead_letter(
-                        &self.entry,
-                        reason.kind(),
-                        reason.detail(),
-                        unit.delivery_count().get(),
-                    )
-                    .await
-            }
-        }
+    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.shared.ack(self.entry.id).await
+    }
+
+    /// Left pending: claimed back once idle for the claim idle time (which is the backoff), and
+    /// counted by Redis on that claim.
+    async fn give_back(self, _unit: &Unit, _after: Duration) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        self.shared
+            .copy_to_dead_letter(&self.entry, reason, unit.delivery_count().get())
+            .await
     }
 }

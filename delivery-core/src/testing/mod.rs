@@ -38,10 +38,23 @@ use futures_util::FutureExt;
 
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
 use crate::handler::Handler;
+use crate::transport::{Settle, TransportError};
 use crate::unit::Unit;
 pub mod conformance;
 mod sign;
 pub use sign::{Signer, sign};
+
+/// Carries out `disposition` for `unit` through its transport's `handle`, exactly as the
+/// consumer runtime does (a dead letter: an intact copy confirmed first, then the original
+/// acknowledged; the original given back if the copy failed). For tests that drive a
+/// [`Source`](crate::Source) by hand.
+pub async fn settle<H: Settle>(
+    handle: H,
+    unit: &Unit,
+    disposition: &Disposition,
+) -> Result<(), TransportError> {
+    crate::consumer::settle::carry_out(handle, unit, disposition).await
+}
 
 /// Runs one delivery of `unit` through `handler` as the runtime would — decode, handler (a panic
 /// is a failure), decision under the default policy — and returns the disposition the runtime

@@ -3,15 +3,16 @@
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::state::{Delivered, Lane, Next, SettleError};
-use crate::disposition::Disposition;
+use crate::disposition::DeadLetterReason;
 use crate::memory::Shared;
 use crate::transport::{Settle, Source, TransportError};
-use crate::unit::{DeliveryCount, Unit};
+use crate::unit::Unit;
 
 /// A consumer of a log of a [`MemoryBroker`](crate::memory::MemoryBroker), as one member of a
 /// consumer group: made by [`MemoryBroker::consume_log`](crate::memory::MemoryBroker::consume_log).
@@ -25,7 +26,7 @@ use crate::unit::{DeliveryCount, Unit};
 ///
 /// ```
 /// use delivery::memory::{LogConfig, MemoryBroker};
-/// use delivery::{Settle, Source, Disposition, Unit};
+/// use delivery::{Settle, Source, Unit};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let broker = MemoryBroker::new();
@@ -35,7 +36,7 @@ use crate::unit::{DeliveryCount, Unit};
 /// assert_eq!(source.max_deliveries().map(|n| n.get()), Some(3));
 /// let (unit, handle) = source.receive().await.unwrap().unwrap();
 /// assert_eq!(unit.id().as_str(), "o-1");
-/// handle.settle(&unit, &Disposition::Ack).await.unwrap();
+/// handle.ack(&unit).await.unwrap();
 /// assert_eq!(broker.committed("orders", "billing", 0), Some(1));
 /// # }
 /// ```
@@ -128,22 +129,11 @@ impl Source for MemoryLogSource {
             notified.as_mut().enable();
             let next = {
                 let mut state = self.shared.lock();
-                loop {
-                    let next =
-                        state
-                            .log(&self.topic)
-                            .next(&self.group, self.member, Instant::now());
-                    match next {
-                        // Delivered `bound` times already, by consumers that went away before
-                        // settling it (a crash loop): past the bound, as the queue's broker does.
-                        Next::Deliver(_, delivered)
-                            if delivered.count > DeliveryCount::new(self.bound.get()) =>
-                        {
-                            state.exhaust_log(&self.topic, &self.group, self.member, &delivered)
-                        }
-                        next => break next,
-                    }
-                }
+                // A unit delivered past the bound already (a crash loop) is handed out too: the
+                // runtime dead-letters it before any handler runs.
+                state
+                    .log(&self.topic)
+                    .next(&self.group, self.member, Instant::now())
             };
             match next {
                 Next::Deliver(unit, delivered) => {
@@ -197,7 +187,7 @@ impl Drop for MemoryLogSource {
 ///
 /// ```
 /// use delivery::memory::MemoryBroker;
-/// use delivery::{Settle, Source, Disposition, Unit};
+/// use delivery::{Settle, Source, Unit};
 /// use std::time::Duration;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
@@ -210,7 +200,7 @@ impl Drop for MemoryLogSource {
 /// let (again, handle) = source.receive().await.unwrap().unwrap();
 /// assert_eq!((again.id(), again.delivery_count().get()), (unit.id(), 2));
 /// // Returned: re-appended to the retry log with its count; offset 0 is final.
-/// handle.settle(&again, &Disposition::Return { after: Duration::ZERO }).await.unwrap();
+/// handle.give_back(&again, Duration::ZERO).await.unwrap();
 /// assert_eq!(broker.committed("orders", "billing", 0), Some(1));
 /// let (retried, _handle) = source.receive().await.unwrap().unwrap();
 /// assert_eq!(retried.delivery_count().get(), 3);
@@ -239,28 +229,53 @@ impl fmt::Debug for MemoryLogHandle {
 
 impl crate::marker::AckHandle for MemoryLogHandle {}
 
-impl Settle for MemoryLogHandle {
-    async fn settle(
-        mut self,
-        _unit: &Unit,
-        disposition: &Disposition,
-    ) -> Result<(), TransportError> {
+impl MemoryLogHandle {
+    fn settle(&mut self, returned_after: Option<Duration>) -> Result<(), TransportError> {
         self.settled = true;
         let result = self.shared.lock().settle_log(
             &self.topic,
             &self.group,
             self.member,
             &self.delivered,
-            disposition,
+            returned_after,
         );
-        result.map_err(|error| match error {
-            SettleError::NotOwned => TransportError::msg(
-                "settling a unit",
-                "its partition is no longer this consumer's (it left the group, or a rebalance \
-                 moved the partition); the group delivers the unit again from the committed offset",
-            ),
-            SettleError::Offset(error) => TransportError::new("finishing the unit's offset", error),
-        })
+        result.map_err(settle_error)
+    }
+}
+
+fn settle_error(error: SettleError) -> TransportError {
+    match error {
+        SettleError::NotOwned => TransportError::msg(
+            "settling a unit",
+            "its partition is no longer this consumer's (it left the group, or a rebalance \
+             moved the partition); the group delivers the unit again from the committed offset",
+        ),
+        SettleError::Offset(error) => TransportError::new("finishing the unit's offset", error),
+    }
+}
+
+impl Settle for MemoryLogHandle {
+    async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
+        self.settle(None)
+    }
+
+    async fn give_back(mut self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        self.settle(Some(after))
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        _unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let copied = self.shared.lock().copy_log_to_dead_letter(
+            &self.topic,
+            &self.group,
+            self.member,
+            &self.delivered,
+            reason,
+        );
+        copied.map_err(settle_error)
     }
 }
 

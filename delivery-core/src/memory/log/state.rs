@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -10,7 +11,7 @@ use tokio::time::Instant;
 
 use super::partitioner::partition_for;
 use super::{LogConfig, LogPosition};
-use crate::disposition::{DeadLetterReason, Disposition, ReasonKind};
+use crate::disposition::{DeadLetterReason, ReasonKind};
 use crate::memory::State;
 use crate::memory::queue::Entry;
 use crate::offset::{OffsetError, Watermark, Watermarks};
@@ -368,14 +369,6 @@ impl Log {
         Next::Wait(due_next)
     }
 
-    /// The id of the unit `delivered` names.
-    fn unit_id(&self, delivered: &Delivered) -> Option<String> {
-        let (lane, partition) = delivered.key;
-        let at = usize::try_from(delivered.offset).ok()?;
-        let record = self.lane(lane).get(partition as usize)?.get(at)?;
-        Some(record.unit.id().to_string())
-    }
-
     /// Whether `member` still owns the partition of `delivered` under the same assignment.
     fn owns(&self, group: &str, member: u64, delivered: &Delivered) -> bool {
         self.groups
@@ -443,118 +436,102 @@ impl State {
         self.logs.get_mut(topic).expect("declared above")
     }
 
-    /// Moves a unit past the bound that was never settled to the dead letter as exhausted,
-    /// instead of delivering it again: it had `delivered.count - 1` deliveries. Logged and
-    /// counted here, as the runtime does for the dispositions it decides.
-    pub(super) fn exhaust_log(
+    /// Puts an intact copy of `delivered` in the topic's dead letter with `reason`; its offset
+    /// stays unfinished until the runtime acknowledges it.
+    pub(super) fn copy_log_to_dead_letter(
         &mut self,
         topic: &str,
         group: &str,
         member: u64,
         delivered: &Delivered,
-    ) {
-        let had = DeliveryCount::new(delivered.count.get() - 1);
-        let reason = DeadLetterReason::new(
-            ReasonKind::Exhausted,
-            format!(
-                "delivered {had} times without a final disposition (its consumers went away): \
-                 the log's delivery bound"
-            ),
-        );
-        let id = self.log(topic).unit_id(delivered).unwrap_or_default();
-        let delivered = Delivered {
-            count: had,
-            ..*delivered
-        };
-        let dead = Disposition::DeadLetter(reason.clone());
-        // Refused only when the partition is no longer this member's: its new owner meets the
-        // same bound.
-        if self
-            .settle_log(topic, group, member, &delivered, &dead)
-            .is_ok()
-        {
-            metrics::counter!("delivery_dead_lettered_total", "source" => topic.to_owned(),
-                "reason" => ReasonKind::Exhausted.as_str())
-            .increment(1);
-            tracing::error!(
-                unit.id = id,
-                delivery_count = had.get(),
-                disposition = "dead-letter",
-                reason = ReasonKind::Exhausted.as_str(),
-                detail = reason.detail(),
-                "unit moved to the dead letter"
-            );
-        }
+        reason: &DeadLetterReason,
+    ) -> Result<(), SettleError> {
+        let record = self.owned_record(topic, group, member, delivered)?;
+        self.push_dead(topic, record, delivered.count, reason.clone());
+        Ok(())
     }
 
-    /// Carries out `disposition` for `delivered`, then finishes its offset. A return re-appends
-    /// the unit to the retry log with its count + 1, due after the backoff (past the declared
-    /// bound it is dead-lettered instead, as the broker's bound); a dead letter moves it intact
-    /// to the topic's dead letter. Both happen under the lock before the offset is final, so the
-    /// unit is never in neither place.
+    /// Settles `delivered` and finishes its offset: acknowledged when `returned_after` is `None`;
+    /// otherwise re-appended to the retry log with its count + 1, due after the wait (past the
+    /// declared bound it is dead-lettered instead, as the broker's bound). Both happen under the
+    /// lock before the offset is final, so the unit is never in neither place.
     pub(super) fn settle_log(
         &mut self,
         topic: &str,
         group: &str,
         member: u64,
         delivered: &Delivered,
-        disposition: &Disposition,
+        returned_after: Option<Duration>,
     ) -> Result<(), SettleError> {
-        let log = self.log(topic);
-        if !log.owns(group, member, delivered) {
-            return Err(SettleError::NotOwned);
-        }
-        let (lane, partition) = delivered.key;
-        let Some(record) = usize::try_from(delivered.offset)
-            .ok()
-            .and_then(|at| log.lane(lane).get(partition as usize)?.get(at))
-            .cloned()
-        else {
-            return Err(SettleError::NotOwned);
-        };
-        let bound = log.config.max_deliveries;
-        let dead = match disposition {
-            Disposition::Ack => None,
-            Disposition::Return { .. } if delivered.count.get() >= bound.get() => {
-                Some(DeadLetterReason::new(
+        let record = self.owned_record(topic, group, member, delivered)?;
+        if let Some(after) = returned_after {
+            let log = self.log(topic);
+            let bound = log.config.max_deliveries;
+            if delivered.count.get() >= bound.get() {
+                let reason = DeadLetterReason::new(
                     ReasonKind::Exhausted,
                     format!(
                         "returned after delivery {} of {bound}: the log's delivery bound",
                         delivered.count
                     ),
-                ))
-            }
-            Disposition::Return { after } => {
-                let due = (!after.is_zero()).then(|| Instant::now() + *after);
+                );
+                self.push_dead(topic, record, delivered.count, reason);
+            } else {
+                let (_, partition) = delivered.key;
+                let due = (!after.is_zero()).then(|| Instant::now() + after);
                 log.retry[partition as usize].push(Record {
-                    unit: record
-                        .unit
-                        .clone()
-                        .with_delivery_count(delivered.count.next()),
-                    key: record.key.clone(),
+                    unit: record.unit.with_delivery_count(delivered.count.next()),
+                    key: record.key,
                     due,
                 });
-                None
             }
-            Disposition::DeadLetter(reason) => Some(reason.clone()),
-        };
-        if let Some(reason) = dead {
-            let topic: Arc<str> = log.topic.clone();
-            if let Some(key) = record.key {
-                log.dead_keys.insert(record.unit.id().clone(), key);
-            }
-            let entry = Entry {
-                unit: record.unit.with_delivery_count(delivered.count),
-                deliveries: delivered.count.get(),
-                dead: None,
-            }
-            .into_dead(topic.clone(), reason);
-            let dlq = self.dead_letter_queue(&topic);
-            dlq.push_ready(entry);
-            crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
         }
         self.log(topic)
             .finish(group, member, delivered)
             .map_err(SettleError::Offset)
+    }
+
+    /// The record `delivered` points at, if its partition is still `member`'s.
+    fn owned_record(
+        &mut self,
+        topic: &str,
+        group: &str,
+        member: u64,
+        delivered: &Delivered,
+    ) -> Result<Record, SettleError> {
+        let log = self.log(topic);
+        if !log.owns(group, member, delivered) {
+            return Err(SettleError::NotOwned);
+        }
+        let (lane, partition) = delivered.key;
+        usize::try_from(delivered.offset)
+            .ok()
+            .and_then(|at| log.lane(lane).get(partition as usize)?.get(at))
+            .cloned()
+            .ok_or(SettleError::NotOwned)
+    }
+
+    /// Moves `record`, intact, to the topic's dead letter.
+    fn push_dead(
+        &mut self,
+        topic: &str,
+        record: Record,
+        count: DeliveryCount,
+        reason: DeadLetterReason,
+    ) {
+        let log = self.log(topic);
+        let topic: Arc<str> = log.topic.clone();
+        if let Some(key) = record.key {
+            log.dead_keys.insert(record.unit.id().clone(), key);
+        }
+        let entry = Entry {
+            unit: record.unit.with_delivery_count(count),
+            deliveries: count.get(),
+            dead: None,
+        }
+        .into_dead(topic.clone(), reason);
+        let dlq = self.dead_letter_queue(&topic);
+        dlq.push_ready(entry);
+        crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
     }
 }
