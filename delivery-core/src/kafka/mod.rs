@@ -69,11 +69,13 @@
 //! ```
 
 mod dead_letter;
+mod settle;
 mod source;
 mod topology;
 
 pub use dead_letter::{KafkaDeadLetter, KafkaDeadLetters};
-pub use source::{KafkaHandle, KafkaSource};
+pub use settle::KafkaHandle;
+pub use source::KafkaSource;
 pub use topology::KafkaTopology;
 
 /// The Kafka client (crate `rdkafka`), re-exported so its version always matches the one this

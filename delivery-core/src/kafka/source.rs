@@ -12,22 +12,21 @@ use bytes::Bytes;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::{BorrowedMessage, Headers as _};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
 use super::is_bookkeeping_header;
+use super::settle::KafkaHandle;
 use super::topology::KafkaTopology;
-use crate::disposition::DeadLetterReason;
 use crate::offset::{OffsetError, Watermarks};
-use crate::pace::Retry;
-use crate::transport::{Settle, Source, TransportError};
+use crate::transport::{Source, TransportError};
 use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// Which of the consumer's two logs a partition belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Log {
+pub(super) enum Log {
     Source,
     Retry,
 }
@@ -80,18 +79,18 @@ impl Ord for Waiting {
 }
 
 /// What the source, its handles and its commit task share.
-struct Shared {
-    consumer: StreamConsumer<Context>,
-    producer: FutureProducer,
-    book: Arc<Book>,
-    retry_topic: Arc<str>,
-    dead_letter_topic: Arc<str>,
-    bound: NonZeroU32,
+pub(super) struct Shared {
+    pub(super) consumer: StreamConsumer<Context>,
+    pub(super) producer: FutureProducer,
+    pub(super) book: Arc<Book>,
+    pub(super) retry_topic: Arc<str>,
+    pub(super) dead_letter_topic: Arc<str>,
+    pub(super) bound: NonZeroU32,
 }
 
 /// The commit book: the watermark of every assigned partition, and which assignment each belongs
 /// to. Offsets are committed only here (`commit_owed`), never past a unit that is not final.
-struct Book {
+pub(super) struct Book {
     state: Mutex<BookState>,
     /// One commit at a time, so a revocation's commit and the periodic one do not cross.
     committing: Mutex<()>,
@@ -153,7 +152,7 @@ impl Book {
         Some(generation)
     }
 
-    fn is_current(&self, partition: Partition, generation: u64) -> bool {
+    pub(super) fn is_current(&self, partition: Partition, generation: u64) -> bool {
         lock(&self.state).generations.get(&partition) == Some(&generation)
     }
 
@@ -167,7 +166,7 @@ impl Book {
     }
 
     /// The disposition of the unit at `offset` is final.
-    fn finish(&self, partition: Partition, offset: u64, generation: u64) {
+    pub(super) fn finish(&self, partition: Partition, offset: u64, generation: u64) {
         let mut state = lock(&self.state);
         if state.generations.get(&partition) != Some(&generation) {
             tracing::debug!(
@@ -250,7 +249,7 @@ impl Book {
 ///
 /// Its callbacks run inside the consumer's poll, so within [`KafkaSource::receive`] (or when the
 /// consumer is dropped), never concurrently with the source's own pausing and resuming.
-struct Context {
+pub(super) struct Context {
     book: Arc<Book>,
     /// The source holds its retry-topic partitions paused (it holds `max_waiting` units).
     retry_paused: AtomicBool,
@@ -608,10 +607,10 @@ impl Drop for KafkaSource {
 
 /// Where a unit was first read: recorded with it in the dead letter.
 #[derive(Clone, Debug)]
-struct Origin {
-    topic: String,
-    partition: i32,
-    offset: i64,
+pub(super) struct Origin {
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
 }
 
 /// The parts of a message this transport reads.
@@ -673,178 +672,8 @@ impl Read {
 
 /// Where a handle's unit sits in the watermarks.
 #[derive(Clone, Copy, Debug)]
-struct Tracked {
-    partition: Partition,
-    offset: u64,
-    generation: u64,
-}
-
-/// The handle of one unit delivered by a [`KafkaSource`]. Only the runtime holds it.
-///
-/// Dropped unsettled, it finishes nothing: its offset holds the watermark, and the unit is read
-/// again from the committed offset after a restart or a rebalance.
-pub struct KafkaHandle {
-    shared: Arc<Shared>,
-    /// `None` for a unit read again without a revocation: the first delivery holds its offset.
-    at: Option<Tracked>,
-    key: Option<Bytes>,
-    origin: Origin,
-}
-
-impl std::fmt::Debug for KafkaHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaHandle")
-            .field("at", &self.at)
-            .field("origin", &self.origin)
-            .finish()
-    }
-}
-
-impl crate::marker::AckHandle for KafkaHandle {}
-
-impl KafkaHandle {
-    fn is_current(&self) -> bool {
-        self.at
-            .is_none_or(|at| self.shared.book.is_current(at.partition, at.generation))
-    }
-
-    fn finish(&self) {
-        if let Some(at) = self.at {
-            self.shared
-                .book
-                .finish(at.partition, at.offset, at.generation);
-        }
-    }
-
-    /// The unit's own headers and id, and where it was first read.
-    fn carried(&self, unit: &Unit) -> OwnedHeaders {
-        let mut headers = OwnedHeaders::new_with_capacity(unit.headers().len() + 8);
-        for (name, value) in unit.headers().iter() {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(value.as_ref()),
-            });
-        }
-        headers
-            .insert(text(crate::headers::MESSAGE_ID, unit.id().as_str()))
-            .insert(text(crate::headers::ORIGIN_TOPIC, &self.origin.topic))
-            .insert(text(
-                crate::headers::ORIGIN_PARTITION,
-                &self.origin.partition.to_string(),
-            ))
-            .insert(text(
-                crate::headers::ORIGIN_OFFSET,
-                &self.origin.offset.to_string(),
-            ))
-    }
-
-    /// Publishes `payload` to `topic` under the unit's key and waits for the broker's
-    /// acknowledgement (`acks=all`), trying again with a growing pause while the partition is
-    /// still this consumer's. Gives up once it is revoked: the new owner reads the unit again.
-    async fn publish(
-        &self,
-        topic: &str,
-        payload: &[u8],
-        headers: OwnedHeaders,
-    ) -> Result<(), TransportError> {
-        let mut retry = Retry::reconnect();
-        loop {
-            let mut record = FutureRecord::<[u8], [u8]>::to(topic)
-                .payload(payload)
-                .headers(headers.clone());
-            if let Some(key) = &self.key {
-                record = record.key(key.as_ref());
-            }
-            match self
-                .shared
-                .producer
-                .send(record, Duration::from_secs(5))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err((error, _)) => {
-                    if !self.is_current() {
-                        return Err(TransportError::new(
-                            "publishing to Kafka (partition revoked meanwhile)",
-                            error,
-                        ));
-                    }
-                    let pause = retry.failed();
-                    tracing::warn!(topic, %error, retry_in_ms = pause.as_millis() as u64,
-                        "publishing failed; the unit's offset holds until it succeeds");
-                    tokio::time::sleep(pause).await;
-                }
-            }
-        }
-    }
-}
-
-fn text<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a str> {
-    Header {
-        key,
-        value: Some(value),
-    }
-}
-
-impl KafkaHandle {
-    /// The unit's own headers, where it was first read, and the count it carries.
-    fn carrying(&self, unit: &Unit, count: DeliveryCount) -> OwnedHeaders {
-        self.carried(unit).insert(text(
-            crate::headers::DELIVERY_COUNT,
-            &count.get().to_string(),
-        ))
-    }
-}
-
-impl Settle for KafkaHandle {
-    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
-        self.finish();
-        Ok(())
-    }
-
-    /// Republished to the retry topic with the count of its next delivery and when it is due;
-    /// only then is its offset final.
-    async fn give_back(self, unit: &Unit, after: Duration) -> Result<(), TransportError> {
-        let due_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64)
-            .saturating_add(after.as_millis() as u64);
-        let headers = self
-            .carrying(unit, unit.delivery_count().next())
-            .insert(text(crate::headers::DUE_MS, &due_ms.to_string()));
-        let topic = self.shared.retry_topic.clone();
-        self.publish(&topic, unit.payload(), headers).await?;
-        self.finish();
-        Ok(())
-    }
-
-    async fn copy_to_dead_letter(
-        &mut self,
-        unit: &Unit,
-        reason: &DeadLetterReason,
-    ) -> Result<(), TransportError> {
-        let count = unit.delivery_count().get().to_string();
-        let headers = self
-            .carrying(unit, unit.delivery_count())
-            .insert(text(
-                crate::headers::DEAD_LETTER_REASON,
-                reason.kind().as_str(),
-            ))
-            .insert(text(crate::headers::DEAD_LETTER_DETAIL, reason.detail()))
-            .insert(text(
-                crate::headers::DEAD_LETTER_SOURCE_TOPIC,
-                &self.origin.topic,
-            ))
-            .insert(text(
-                crate::headers::DEAD_LETTER_SOURCE_PARTITION,
-                &self.origin.partition.to_string(),
-            ))
-            .insert(text(
-                crate::headers::DEAD_LETTER_SOURCE_OFFSET,
-                &self.origin.offset.to_string(),
-            ))
-            .insert(text(crate::headers::DEAD_LETTER_DELIVERY_COUNT, &count));
-        let topic = self.shared.dead_letter_topic.clone();
-        self.publish(&topic, unit.payload(), headers).await
-    }
+pub(super) struct Tracked {
+    pub(super) partition: Partition,
+    pub(super) offset: u64,
+    pub(super) generation: u64,
 }

@@ -61,11 +61,13 @@
 
 mod codec;
 mod dead_letter;
+mod settle;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport, SweepReport};
-pub use source::{NatsHandle, NatsSource};
+pub use settle::NatsHandle;
+pub use source::NatsSource;
 pub use topology::{NatsTopology, Retention, TopologyError};
 
 use crate::transport::TransportError;

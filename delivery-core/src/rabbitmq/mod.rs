@@ -43,12 +43,14 @@
 mod codec;
 mod dead_letter;
 mod publisher;
+mod settle;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, RabbitDeadLetters, RedriveReport, XDeath};
 pub use publisher::ConfirmedPublisher;
-pub use source::{RabbitHandle, RabbitSource};
+pub use settle::RabbitHandle;
+pub use source::RabbitSource;
 pub use topology::{QueueType, RabbitTopology, TopologyError};
 
 use lapin::{Connection, ConnectionProperties};

@@ -76,12 +76,14 @@ mod ack;
 mod dead_letter;
 mod entry;
 mod publish;
+mod settle;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, RedisDeadLetters, RedriveReport};
 pub use publish::publish;
-pub use source::{RedisHandle, RedisSource};
+pub use settle::RedisHandle;
+pub use source::RedisSource;
 pub use topology::RedisTopology;
 
 /// The Redis client (crate `redis`), re-exported so its version always matches the connections

@@ -15,9 +15,10 @@ use tokio::time::Instant;
 use super::COMMAND_TIMEOUT;
 use super::ack::{Acks, Joined, Next, Turn};
 use super::entry::{self, Entry, Read};
+use super::settle::RedisHandle;
 use super::topology::RedisTopology;
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Settle, Source, TransportError};
+use crate::transport::{Source, TransportError};
 use crate::unit::{DeliveryCount, Unit};
 
 /// A consumer of one Redis stream through a consumer group (see the [module docs](super)).
@@ -55,21 +56,21 @@ struct Fetched {
 
 /// What the source and its handles share: names, settings and the non-blocking connection.
 pub(super) struct Shared {
-    stream: String,
-    group: String,
-    consumer: String,
-    dead_letter_stream: String,
-    max_deliveries: u32,
-    claim_idle_ms: u64,
-    batch: usize,
-    block_ms: u64,
-    client: ::redis::Client,
+    pub(super) stream: String,
+    pub(super) group: String,
+    pub(super) consumer: String,
+    pub(super) dead_letter_stream: String,
+    pub(super) max_deliveries: u32,
+    pub(super) claim_idle_ms: u64,
+    pub(super) batch: usize,
+    pub(super) block_ms: u64,
+    pub(super) client: ::redis::Client,
     /// The connection for `XACK`, `XADD` to the dead letter and `XPENDING`; reopened after a
     /// connection-level failure.
-    settle: std::sync::Mutex<Option<MultiplexedConnection>>,
+    pub(super) settle: std::sync::Mutex<Option<MultiplexedConnection>>,
     /// Acknowledgements in flight, combined into one `XACK` at a time.
-    acks: Acks,
-    deleted: Counter,
+    pub(super) acks: Acks,
+    pub(super) deleted: Counter,
 }
 
 fn next_consumer_name() -> String {
@@ -392,7 +393,7 @@ impl Shared {
     /// Acknowledges `entry_id`, returning once Redis answered the `XACK` that carried it. With
     /// an `XACK` of this source already in flight, the id waits and goes with the others queued
     /// meanwhile in the next one (see `ack.rs`).
-    async fn ack(&self, entry_id: String) -> Result<(), TransportError> {
+    pub(super) async fn ack(&self, entry_id: String) -> Result<(), TransportError> {
         match self.acks.join(entry_id) {
             Joined::Send(turn) => self.send_acks(turn).await,
             Joined::Wait(mut waiting) => loop {
@@ -429,7 +430,7 @@ impl Shared {
 
     /// `XADD`s the entry, intact, with the reason, to the dead letter, returning once Redis
     /// answered. The entry stays pending until it is acknowledged.
-    async fn copy_to_dead_letter(
+    pub(super) async fn copy_to_dead_letter(
         &self,
         entry: &Entry,
         reason: &DeadLetterReason,
@@ -457,54 +458,5 @@ impl Shared {
             .await
             .map(drop)
             .map_err(|error| self.failed("moving the unit to the dead letter (XADD)", error))
-    }
-}
-
-/// The handle of one entry from a [`RedisSource`]. Only the runtime holds it.
-///
-/// Dropped unsettled, the entry stays pending in the group and is claimed back after the claim
-/// idle time, as a dead consumer's entries are.
-pub struct RedisHandle {
-    entry: Entry,
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for RedisHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisHandle")
-            .field("stream", &self.shared.stream)
-            .field("entry_id", &self.entry.id)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RedisHandle {
-    /// The entry's id in the stream.
-    pub fn entry_id(&self) -> &str {
-        &self.entry.id
-    }
-}
-
-impl crate::marker::AckHandle for RedisHandle {}
-
-impl Settle for RedisHandle {
-    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
-        self.shared.ack(self.entry.id).await
-    }
-
-    /// Left pending: claimed back once idle for the claim idle time (which is the backoff), and
-    /// counted by Redis on that claim.
-    async fn give_back(self, _unit: &Unit, _after: Duration) -> Result<(), TransportError> {
-        Ok(())
-    }
-
-    async fn copy_to_dead_letter(
-        &mut self,
-        unit: &Unit,
-        reason: &DeadLetterReason,
-    ) -> Result<(), TransportError> {
-        self.shared
-            .copy_to_dead_letter(&self.entry, reason, unit.delivery_count().get())
-            .await
     }
 }

@@ -1,0 +1,146 @@
+//! The handle of one JetStream delivery and its primitives: `+ACK`, `-NAK` with a delay, a copy
+//! to the dead-letter stream confirmed by JetStream, and `+TERM` once it is there.
+//! `consumer::settle` decides when each runs.
+
+use super::codec;
+use crate::disposition::DeadLetterReason;
+use crate::transport::{Settle, TransportError};
+use crate::unit::Unit;
+use async_nats::jetstream::AckKind;
+use async_nats::{HeaderMap, Subject};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::source::Shared;
+
+/// The handle of one delivery from a [`NatsSource`]. Only the runtime holds it.
+///
+/// While it is held, the source's ticker keeps the delivery in progress. Dropped unsettled, it is
+/// no longer kept in progress and JetStream delivers it again after `ack_wait`.
+pub struct NatsHandle {
+    pub(super) reply: Option<Subject>,
+    pub(super) slot: u64,
+    pub(super) subject: Subject,
+    pub(super) headers: Option<HeaderMap>,
+    pub(super) sequence: u64,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for NatsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsHandle")
+            .field("stream", &self.shared.stream)
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::marker::AckHandle for NatsHandle {}
+
+impl NatsHandle {
+    /// Publishes the unit, intact, to the dead-letter stream with the reason recorded, and waits
+    /// for JetStream's publish acknowledgement.
+    async fn move_to_dead_letter(
+        &self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let shared = &self.shared;
+        let headers = codec::dead_letter_headers(
+            self.headers.as_ref(),
+            &codec::DeadLetterOrigin {
+                reason: reason.kind().as_str(),
+                detail: reason.detail(),
+                stream: &shared.stream,
+                subject: &self.subject,
+                sequence: self.sequence,
+                delivery_count: u64::from(unit.delivery_count().get()),
+            },
+        );
+        let ack = shared
+            .context
+            .publish_with_headers(
+                shared.dead_letter_subject.clone(),
+                headers,
+                unit.payload().clone(),
+            )
+            .await
+            .map_err(|e| TransportError::new("publishing to the dead-letter stream", e))?
+            .await
+            .map_err(|e| TransportError::new("confirming the dead-letter publish", e))?;
+        if !ack.duplicate {
+            return Ok(());
+        }
+        // JetStream took it for a copy it already holds (same `Nats-Msg-Id` within the window):
+        // only a copy of this very delivery source and sequence counts; a copy since redriven
+        // away does not.
+        let stream = shared
+            .context
+            .get_stream_no_info(&shared.dead_letter_stream)
+            .await
+            .map_err(|e| TransportError::new("reading the dead-letter stream", e))?;
+        let held = stream
+            .get_raw_message(ack.sequence)
+            .await
+            .ok()
+            .is_some_and(|copy| {
+                codec::is_copy_of(Some(&copy.headers), &shared.stream, self.sequence)
+            });
+        if held {
+            Ok(())
+        } else {
+            Err(TransportError::msg(
+                "publishing to the dead-letter stream",
+                "refused as a duplicate of a unit no longer in the dead letter",
+            ))
+        }
+    }
+}
+
+impl NatsHandle {
+    /// Stops keeping the delivery in progress and sends `kind` on its reply subject.
+    async fn send(mut self, kind: AckKind, what: &'static str) -> Result<(), TransportError> {
+        let reply = self.reply.take().expect("a handle is settled once");
+        self.shared.release(self.slot);
+        self.shared.send(reply, kind, what).await
+    }
+}
+
+impl Settle for NatsHandle {
+    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.send(AckKind::Ack, "acknowledging (+ACK)").await
+    }
+
+    async fn give_back(self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let delay = (!after.is_zero()).then_some(after);
+        self.send(AckKind::Nak(delay), "returning the unit (-NAK)")
+            .await
+    }
+
+    /// Still held (and kept in progress) until the dead letter confirmed the copy.
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        self.move_to_dead_letter(unit, reason).await
+    }
+
+    /// `+TERM`: JetStream delivers it no more (an ack would do the same, but a terminated unit
+    /// is told apart in the stream's advisories).
+    async fn finish_dead_lettered(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.send(AckKind::Term, "terminating a dead-lettered unit (+TERM)")
+            .await
+    }
+}
+
+impl Drop for NatsHandle {
+    fn drop(&mut self) {
+        // Unsettled: no longer kept in progress, so JetStream delivers it again after `ack_wait`,
+        // counting the delivery. (A `-NAK` sent here races the drop of the source's pull request,
+        // and JetStream 2.9 then redelivers the unit without counting the lost delivery.)
+        if self.reply.take().is_some() {
+            self.shared.release(self.slot);
+        }
+    }
+}

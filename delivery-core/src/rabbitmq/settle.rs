@@ -1,0 +1,211 @@
+//! The handle of one RabbitMQ delivery and its primitives: `basic.ack`, a return (a requeue, or
+//! on a classic queue a confirmed copy carrying the count), and a confirmed copy to the
+//! dead-letter queue. `consumer::settle` decides when each runs.
+
+use super::codec::{self, text_value};
+use crate::disposition::DeadLetterReason;
+use crate::transport::{Settle, TransportError};
+use crate::unit::Unit;
+use lapin::Acker;
+use lapin::BasicProperties;
+use lapin::options::{BasicAckOptions, BasicRejectOptions};
+use lapin::types::AMQPValue;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::source::Shared;
+
+/// The handle of one delivery from a [`RabbitSource`]. Only the runtime holds it.
+///
+/// Dropped unsettled, its delivery is rejected with `requeue = true` by the source's next
+/// `receive`; if the source is gone too, its connection's close hands the delivery back.
+pub struct RabbitHandle {
+    pub(super) acker: Option<Acker>,
+    pub(super) properties: BasicProperties,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RabbitHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitHandle")
+            .field("queue", &self.shared.queue)
+            .finish_non_exhaustive()
+    }
+}
+
+impl crate::marker::AckHandle for RabbitHandle {}
+
+/// `Ok(true)` is the only answer that says the frame was sent.
+fn sent(what: &'static str, result: lapin::Result<bool>) -> Result<(), TransportError> {
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(TransportError::msg(
+            what,
+            "not sent: the channel is closed or the delivery was already settled; the broker will deliver the unit again",
+        )),
+        Err(error) => Err(TransportError::new(what, error)),
+    }
+}
+
+async fn requeue(acker: &Acker) -> Result<(), TransportError> {
+    sent(
+        "returning the unit (basic.reject requeue)",
+        acker.reject(BasicRejectOptions { requeue: true }).await,
+    )
+}
+
+impl RabbitHandle {
+    fn acker(&mut self) -> Acker {
+        self.acker.take().expect("a handle is settled once")
+    }
+}
+
+impl Settle for RabbitHandle {
+    async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
+        sent(
+            "acknowledging (basic.ack)",
+            self.acker().ack(BasicAckOptions::default()).await,
+        )
+    }
+
+    async fn give_back(mut self, unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        let acker = self.acker();
+        if self.shared.classic {
+            // The count travels with the unit: a copy carrying it goes to the back of the
+            // queue, confirmed, and only then is the original acknowledged.
+            let properties = std::mem::take(&mut self.properties);
+            let unit = unit.clone();
+            let shared = self.shared.clone();
+            self.shared.returns.spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(after) => {}
+                    // The source is going away: return the unit now, while its channel is open.
+                    () = shared.closing.cancelled() => {}
+                }
+                if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
+                    tracing::warn!(unit.id = %unit.id(), queue = shared.queue, %error, "could not return the unit after its backoff");
+                    metrics::counter!("delivery_settle_failed_total", "source" => shared.queue.clone())
+                        .increment(1);
+                }
+            });
+            return Ok(());
+        }
+        if after.is_zero() {
+            return requeue(&acker).await;
+        }
+        // The wait holds the delivery (and its prefetch slot), not the handler's concurrency
+        // slot. If the channel goes meanwhile, the broker returns it anyway; if the source is
+        // dropped, the return is made at once, after the consumer is cancelled (so the unit is
+        // not delivered to this consumer again on its way out, which would count a delivery
+        // twice).
+        let id = unit.id().clone();
+        let queue = self.shared.queue.clone();
+        let closing = self.shared.closing.clone();
+        self.shared.returns.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(after) => {}
+                () = closing.cancelled() => {}
+            }
+            if let Err(error) = requeue(&acker).await {
+                tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
+                metrics::counter!("delivery_settle_failed_total", "source" => queue)
+                    .increment(1);
+            }
+        });
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        let headers = codec::rewrite(
+            self.properties.headers().as_ref(),
+            [
+                (
+                    crate::headers::DEAD_LETTER_REASON,
+                    text_value(reason.kind().as_str()),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_DETAIL,
+                    text_value(reason.detail()),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_SOURCE,
+                    text_value(&self.shared.queue),
+                ),
+                (
+                    crate::headers::DEAD_LETTER_DELIVERY_COUNT,
+                    AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
+                ),
+            ],
+        );
+        let properties = self.properties.clone().with_headers(headers);
+        self.shared
+            .publisher
+            .publish(&self.shared.dead_letter_queue, unit.payload(), properties)
+            .await
+    }
+}
+
+/// Returns a unit of a classic queue: publishes a copy carrying its delivery count (the number
+/// of deliveries so far) under a confirm, then acknowledges the original. If the copy is not
+/// confirmed, the original is requeued instead (its count then stays, but nothing is lost).
+async fn return_copy(
+    shared: &Shared,
+    unit: &Unit,
+    properties: BasicProperties,
+    acker: &Acker,
+) -> Result<(), TransportError> {
+    let headers = codec::rewrite(
+        properties.headers().as_ref(),
+        [(
+            crate::headers::DELIVERY_COUNT,
+            AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
+        )],
+    );
+    let copied = shared
+        .publisher
+        .publish(
+            &shared.queue,
+            unit.payload(),
+            properties.with_headers(headers),
+        )
+        .await;
+    match copied {
+        Ok(()) => sent(
+            "acknowledging a returned unit's original (basic.ack)",
+            acker.ack(BasicAckOptions::default()).await,
+        ),
+        Err(error) => {
+            let requeued = requeue(acker).await;
+            Err(TransportError::msg(
+                "returning the unit as a copy",
+                match requeued {
+                    Ok(()) => format!("{error}; the original was requeued instead"),
+                    Err(e) => format!(
+                        "{error}; requeueing failed too ({e}); the broker will deliver it again"
+                    ),
+                },
+            ))
+        }
+    }
+}
+
+impl Drop for RabbitHandle {
+    fn drop(&mut self) {
+        let Some(acker) = self.acker.take() else {
+            return;
+        };
+        if acker.usable() {
+            self.shared
+                .dropped
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(acker);
+            self.shared.any_dropped.store(true, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The handle of one Redis Streams entry and its primitives: `XACK`, leaving the entry pending to
+//! be claimed back, and an `XADD` of an intact copy to the dead-letter stream.
+//! `consumer::settle` decides when each runs.
+
+use super::entry::Entry;
+use crate::disposition::DeadLetterReason;
+use crate::transport::{Settle, TransportError};
+use crate::unit::Unit;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::source::Shared;
+
+/// The handle of one entry from a [`RedisSource`]. Only the runtime holds it.
+///
+/// Dropped unsettled, the entry stays pending in the group and is claimed back after the claim
+/// idle time, as a dead consumer's entries are.
+pub struct RedisHandle {
+    pub(super) entry: Entry,
+    pub(super) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RedisHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisHandle")
+            .field("stream", &self.shared.stream)
+            .field("entry_id", &self.entry.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisHandle {
+    /// The entry's id in the stream.
+    pub fn entry_id(&self) -> &str {
+        &self.entry.id
+    }
+}
+
+impl crate::marker::AckHandle for RedisHandle {}
+
+impl Settle for RedisHandle {
+    async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
+        self.shared.ack(self.entry.id).await
+    }
+
+    /// Left pending: claimed back once idle for the claim idle time (which is the backoff), and
+    /// counted by Redis on that claim.
+    async fn give_back(self, _unit: &Unit, _after: Duration) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    async fn copy_to_dead_letter(
+        &mut self,
+        unit: &Unit,
+        reason: &DeadLetterReason,
+    ) -> Result<(), TransportError> {
+        self.shared
+            .copy_to_dead_letter(&self.entry, reason, unit.delivery_count().get())
+            .await
+    }
+}
