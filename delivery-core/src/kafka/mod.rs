@@ -70,11 +70,13 @@
 
 mod dead_letter;
 mod settle;
+pub(crate) mod sink;
 mod source;
 mod topology;
 
 pub use dead_letter::{KafkaDeadLetter, KafkaDeadLetters};
 pub use settle::KafkaHandle;
+pub use sink::KafkaSink;
 pub use source::KafkaSource;
 pub use topology::KafkaTopology;
 

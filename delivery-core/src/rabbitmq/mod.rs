@@ -44,12 +44,14 @@ mod codec;
 mod dead_letter;
 mod publisher;
 mod settle;
+pub(crate) mod sink;
 mod source;
 mod topology;
 
 pub use dead_letter::{DeadLetterRecord, RabbitDeadLetters, RedriveReport, XDeath};
 pub use publisher::ConfirmedPublisher;
 pub use settle::RabbitHandle;
+pub use sink::RabbitSink;
 pub use source::RabbitSource;
 pub use topology::{QueueType, RabbitTopology, TopologyError};
 

@@ -3,16 +3,14 @@
 
 #[cfg(feature = "http")]
 mod http;
-#[cfg(feature = "kafka")]
-mod kafka;
 mod memory;
-#[cfg(feature = "lapin")]
-mod rabbitmq;
 
 #[cfg(feature = "http")]
 pub use http::*;
+// The broker sinks live beside their broker's transport (`rabbitmq::sink`, `kafka::sink`) and
+// are named here too, with every sink.
 #[cfg(feature = "kafka")]
-pub use kafka::*;
-pub use memory::*;
+pub use crate::kafka::sink::{DEFAULT_DELIVERY_TIMEOUT, KafkaSink, MESSAGE_ID};
 #[cfg(feature = "lapin")]
-pub use rabbitmq::*;
+pub use crate::rabbitmq::sink::{DEFAULT_CONFIRM_TIMEOUT, DEFAULT_CONFIRM_WINDOW, RabbitSink};
+pub use memory::*;
