@@ -120,12 +120,7 @@ fn find_forbidden_type(ty: &Type, allow_clock: bool) -> Option<(Forbidden, Token
             .iter()
             .find_map(|elem| find_forbidden_type(elem, allow_clock)),
         Type::Path(path) => {
-            let segments: Vec<String> = path
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
+            let segments = segment_names(&path.path);
             if let Some(kind) = forbidden_type(&segments).filter(|k| allowed(*k)) {
                 return Some((
                     kind,
@@ -159,18 +154,17 @@ fn bounds(
         let TypeParamBound::Trait(t) = bound else {
             return None;
         };
-        let segments: Vec<String> = t
-            .path
-            .segments
-            .iter()
-            .map(|s| s.ident.to_string())
-            .collect();
+        let segments = segment_names(&t.path);
         let kind = forbidden_type(&segments)?;
         if allow_clock && kind == Forbidden::Clock {
             return None;
         }
         Some((kind, t.path.to_token_stream(), segments.last()?.clone()))
     })
+}
+
+fn segment_names(path: &syn::Path) -> Vec<String> {
+    path.segments.iter().map(|s| s.ident.to_string()).collect()
 }
 
 /// Calls that read the clock: `Type::function` pairs.

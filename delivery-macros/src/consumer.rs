@@ -3,13 +3,14 @@
 //! The annotated `async fn` becomes a unit struct of the same name implementing `Handler<S>`; the
 //! function as written stays callable as `name::handle(..)`.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use proc_macro2::TokenStream;
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::{Attribute, FnArg, GenericArgument, ItemFn, PathArguments, Type};
 
 use crate::attr::Args;
 use crate::check;
 use crate::ctxt::Ctxt;
+use crate::span;
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream, flavor: Flavor) -> TokenStream {
     let function = match parse_handler(item, flavor) {
@@ -189,55 +190,6 @@ fn state_param(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// The first and last token spans of `tokens`: an error on an expression built with them covers
-/// the whole of the user's tokens, not only the first (a joined span is not available on stable).
-pub(crate) fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
-    let mut iter = tokens.to_token_stream().into_iter();
-    let first = iter.next().map_or_else(Span::call_site, |t| t.span());
-    let last = iter.last().map_or(first, |t| t.span());
-    (first, last)
-}
-
-/// `path(argument)`, spanned so that an error on the call or on its argument covers `start..end`.
-pub(crate) fn call_spanning(
-    start: Span,
-    end: Span,
-    path: TokenStream,
-    argument: TokenStream,
-) -> TokenStream {
-    let mut args = Group::new(Delimiter::Parenthesis, expr_spanning(start, end, argument));
-    args.set_span(end);
-    let mut call = respan(path, start);
-    call.extend([TokenTree::Group(args)]);
-    call
-}
-
-/// `tokens` with every span `start` but the last token's, `end`: rustc reports an error on the
-/// expression from the first token to the last, so it covers the user's tokens.
-pub(crate) fn expr_spanning(start: Span, end: Span, tokens: TokenStream) -> TokenStream {
-    let mut tokens: Vec<TokenTree> = respan(tokens, start).into_iter().collect();
-    if let Some(last) = tokens.last_mut() {
-        last.set_span(end);
-    }
-    tokens.into_iter().collect()
-}
-
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut token| {
-            if let TokenTree::Group(group) = &token {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                token = TokenTree::Group(inner);
-            } else {
-                token.set_span(span);
-            }
-            token
-        })
-        .collect()
-}
-
 /// Attributes by where they belong: docs on the type and the function, `cfg` on every generated
 /// item, everything else (`allow`, `inline`, `tracing::instrument`, ...) on the function.
 pub(crate) struct Attrs<'a> {
@@ -271,10 +223,7 @@ pub(crate) fn expand_checked(
     has_errors: bool,
     flavor: Flavor,
 ) -> TokenStream {
-    let krate = match &args.krate {
-        Some(path) => quote!(#path),
-        None => quote!(::delivery),
-    };
+    let krate = args.krate_path();
     let private = quote!(#krate::__private);
     let ItemFn {
         attrs,
@@ -317,13 +266,13 @@ pub(crate) fn expand_checked(
     // checked here when the impl below does not (a generic state, or errors already found).
     let param_checks = checked.params.iter().filter(|p| p.ok).map(|p| {
         let ty = &p.ty;
-        let (start, end) = span_range(ty);
+        let (start, end) = span::range(ty);
         let probe = |method: &str| {
             let method = format_ident!("{}", method);
             quote!((&#private::probe::Probe::<#ty>::NEW).#method())
         };
         let clock = args.allow_clock.is_none().then(|| {
-            let call = call_spanning(
+            let call = span::call(
                 start,
                 end,
                 quote!(#private::probe::assert_not_clock),
@@ -331,13 +280,13 @@ pub(crate) fn expand_checked(
             );
             quote!(#call;)
         });
-        let minter = call_spanning(
+        let minter = span::call(
             start,
             end,
             quote!(#private::probe::assert_not_minter),
             probe("minter_probe"),
         );
-        let ack = call_spanning(
+        let ack = span::call(
             start,
             end,
             quote!(#private::probe::assert_not_ack_handle),
@@ -366,15 +315,15 @@ pub(crate) fn expand_checked(
     // The return value's conversion, in one place, spanned to the return type: a type that cannot
     // report a failure is refused here.
     let outcome_fn = checked.output.as_ref().map(|ty| {
-        let (start, end) = span_range(ty);
+        let (start, end) = span::range(ty);
         if flavor == Flavor::Relay {
-            let convert = call_spanning(
+            let convert = span::call(
                 start,
                 end,
                 quote!(#private::Returned::new),
                 quote!(__delivery_returned),
             );
-            let convert = expr_spanning(start, end, quote!((&&#convert).attempt()));
+            let convert = span::expr(start, end, quote!((&&#convert).attempt()));
             return quote! {
                 #[allow(dead_code)]
                 fn __delivery_outcome(__delivery_returned: #ty) -> #private::Attempt {
@@ -383,13 +332,13 @@ pub(crate) fn expand_checked(
                 }
             };
         }
-        let convert = call_spanning(
+        let convert = span::call(
             start,
             end,
             quote!(#private::Returned::new),
             quote!(__delivery_returned),
         );
-        let convert = expr_spanning(start, end, quote!((&&#convert).outcome()));
+        let convert = span::expr(start, end, quote!((&&#convert).outcome()));
         quote! {
             #[allow(dead_code)]
             fn __delivery_outcome(__delivery_returned: #ty) -> #private::Outcome {
@@ -413,15 +362,15 @@ pub(crate) fn expand_checked(
             .collect();
         let extracts = checked.params.iter().map(|p| {
             let ty = &p.ty;
-            let (start, end) = span_range(ty);
+            let (start, end) = span::range(ty);
             let call = match flavor {
                 Flavor::Consumer => {
                     let path = quote!(#private::extract::<#ty, #state_ty>);
-                    call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state))
+                    span::call(start, end, path, quote!(__delivery_unit, __delivery_state))
                 }
                 Flavor::Relay => {
                     let path = quote!(#private::extract_record::<#ty, #state_ty>);
-                    call_spanning(start, end, path, quote!(__delivery_unit, __delivery_state))
+                    span::call(start, end, path, quote!(__delivery_unit, __delivery_state))
                 }
                 Flavor::Webhook => {
                     let extractor = crate::webhook::extractor(&krate, ty, &state_ty);

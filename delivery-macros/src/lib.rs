@@ -8,6 +8,7 @@ mod attr;
 mod check;
 mod consumer;
 mod ctxt;
+mod span;
 mod webhook;
 
 use proc_macro::TokenStream;

@@ -425,10 +425,7 @@ fn expand_webhook(
     stateless: bool,
     has_errors: bool,
 ) -> TokenStream {
-    let krate = match &args.krate {
-        Some(path) => quote!(#path),
-        None => quote!(::delivery),
-    };
+    let krate = args.krate_path();
     let private = quote!(#krate::__private);
     let wp = quote!(#krate::webhook::__private);
     let Attrs { cfgs, .. } = consumer::sort_attrs(&function.attrs);
