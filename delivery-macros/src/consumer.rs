@@ -8,8 +8,9 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::{Attribute, FnArg, GenericArgument, ItemFn, PathArguments, Type};
 
 use crate::attr::Args;
-use crate::check;
+use crate::check::{self, Wording};
 use crate::ctxt::Ctxt;
+use crate::relay;
 use crate::span;
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream, flavor: Flavor) -> TokenStream {
@@ -17,10 +18,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream, flavor: Flavor) -> To
         Ok(function) => function,
         Err(errors) => return errors,
     };
-    let cx = match flavor {
-        Flavor::Relay => Ctxt::relay(),
-        Flavor::Consumer | Flavor::Webhook => Ctxt::new(),
-    };
+    let cx = Ctxt::new();
     let args = Args::parse(attr, &cx);
     let shape_ok = check_shape(&function, flavor, &cx);
     let checked = shape_ok.then(|| check_signature(&function, &args, flavor, &cx));
@@ -73,6 +71,14 @@ impl Flavor {
             Flavor::Consumer => "consumer",
             Flavor::Webhook => "webhook",
             Flavor::Relay => "relay",
+        }
+    }
+
+    /// How the shared checks word their errors.
+    pub(crate) fn wording(self) -> Wording {
+        match self {
+            Flavor::Relay => relay::WORDING,
+            Flavor::Consumer | Flavor::Webhook => check::HANDLER,
         }
     }
 }
@@ -137,13 +143,14 @@ pub(crate) fn check_signature(
     cx: &Ctxt,
 ) -> Checked {
     let sig = &function.sig;
+    let wording = flavor.wording();
     let allow_clock = args.allow_clock.is_some();
     let mut params = Vec::new();
     let mut state = args.state.clone();
     let mut state_from_param = false;
     for input in &sig.inputs {
         let FnArg::Typed(typed) = input else { continue };
-        let ok = check::param_type(&typed.ty, allow_clock, cx);
+        let ok = check::param_type(&typed.ty, allow_clock, &wording, cx);
         if let Some(inner) = state_param(&typed.ty) {
             match &state {
                 Some(_) if state_from_param => cx.error_spanned_by(
@@ -165,8 +172,8 @@ pub(crate) fn check_signature(
             ok,
         });
     }
-    check::body(function.block.to_token_stream(), allow_clock, cx);
-    let output = check::return_type(&sig.output, &sig.ident, flavor == Flavor::Relay, cx).cloned();
+    check::body(function.block.to_token_stream(), allow_clock, &wording, cx);
+    let output = check::return_type(&sig.output, &sig.ident, &wording, cx).cloned();
     Checked {
         params,
         state,

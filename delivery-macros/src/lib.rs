@@ -8,6 +8,7 @@ mod attr;
 mod check;
 mod consumer;
 mod ctxt;
+mod relay;
 mod span;
 mod webhook;
 
