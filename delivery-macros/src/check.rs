@@ -1,11 +1,12 @@
-//! The checks every handler attribute shares. Token-level checks here give the precise message on
-//! the offending tokens on the offending tokens; the type-level probes emitted by the expansion catch
+//! Check: the rules every handler attribute holds a function to. Token-level checks here give the
+//! precise message on the offending tokens; the type-level probes emitted by the expansion catch
 //! what tokens cannot show (a type alias, a user type marked as a clock or minter).
 
 use proc_macro2::{Spacing, Span, TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{GenericArgument, PathArguments, ReturnType, Type, TypeParamBound};
+use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type, TypeParamBound};
 
+use crate::ast::Handler;
 use crate::ctxt::Ctxt;
 
 /// What a forbidden thing is, with the rule it breaks and what to do instead.
@@ -84,6 +85,118 @@ fn handler_cannot_fail(ty: &str) -> String {
     )
 }
 
+/// What the checks learned, for the expansion.
+pub(crate) struct Checked {
+    pub(crate) params: Vec<Param>,
+    pub(crate) state: Option<Type>,
+    /// The return type, when its tokens passed the check.
+    pub(crate) output: Option<Type>,
+}
+
+pub(crate) struct Param {
+    pub(crate) ty: Type,
+    /// Whether the token-level checks passed; the type-level ones are emitted only then.
+    pub(crate) ok: bool,
+}
+
+/// What makes a function unusable as a `#[name]` handler, whatever its types.
+pub(crate) fn shape(function: &ItemFn, name: &str, cx: &Ctxt) -> bool {
+    let sig = &function.sig;
+    let mut ok = true;
+    if sig.asyncness.is_none() {
+        cx.error_spanned_by(
+            sig.fn_token,
+            format!("a {name} handler must be an `async fn`"),
+        );
+        ok = false;
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        cx.error_spanned_by(
+            &sig.generics,
+            format!("a {name} handler cannot be generic: name the concrete types it takes"),
+        );
+        ok = false;
+    }
+    if let Some(variadic) = &sig.variadic {
+        cx.error_spanned_by(variadic, format!("a {name} handler cannot be variadic"));
+        ok = false;
+    }
+    for input in &sig.inputs {
+        if let FnArg::Receiver(receiver) = input {
+            cx.error_spanned_by(receiver, format!("a {name} handler is a free function; take the state as `State<S>` instead of `self`"));
+            ok = false;
+        }
+    }
+    for input in &sig.inputs {
+        if let FnArg::Typed(typed) = input
+            && !binding_names(&typed.pat, &sig.ident, cx)
+        {
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// The parameters, the body and the return type of a function that passed [`shape`].
+pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctxt) -> Checked {
+    let sig = &handler.function.sig;
+    let allow_clock = handler.args.allow_clock.is_some();
+    let mut params = Vec::new();
+    let mut state = handler.args.state.clone();
+    let mut state_from_param = false;
+    for typed in handler.params() {
+        let ok = param_type(&typed.ty, allow_clock, wording, cx);
+        if let Some(inner) = state_param(&typed.ty) {
+            match &state {
+                Some(_) if state_from_param => cx.error_spanned_by(
+                    &typed.ty,
+                    "a handler takes its shared state once: put everything it needs in one state type",
+                ),
+                Some(_) => cx.error_spanned_by(
+                    &typed.ty,
+                    "the state type is given twice: by `state = ..` and by this `State<..>` parameter; keep one",
+                ),
+                None => {
+                    state = Some(inner.clone());
+                    state_from_param = true;
+                }
+            }
+        }
+        params.push(Param {
+            ty: (*typed.ty).clone(),
+            ok,
+        });
+    }
+    body(
+        handler.function.block.to_token_stream(),
+        allow_clock,
+        wording,
+        cx,
+    );
+    let output = return_type(&sig.output, &sig.ident, wording, cx).cloned();
+    Checked {
+        params,
+        state,
+        output,
+    }
+}
+
+/// `T` of a `State<T>` parameter.
+fn state_param(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident != "State" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        GenericArgument::Type(inner) => Some(inner),
+        _ => None,
+    }
+}
+
 /// Types a handler parameter may never be, by the last segment of their path.
 fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
     let last = segments.last()?.as_str();
@@ -114,7 +227,7 @@ const WRAPPERS: &[&str] = &[
 ];
 
 /// Checks one parameter type; reports the first forbidden type reachable in it.
-pub(crate) fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> bool {
+fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> bool {
     match find_forbidden_type(ty, allow_clock) {
         Some((kind, tokens, name)) => {
             cx.error_spanned_by(tokens, (wording.param)(kind, &name));
@@ -250,7 +363,7 @@ const MINT_MACROS: &[&str] = &["nanoid"];
 /// A limit of any token scan: a clock type renamed by a `use` outside the function (`use
 /// std::time::SystemTime as Wall;` at the top of the module) is not seen; the same rename inside
 /// the body is.
-pub(crate) fn body(tokens: TokenStream, allow_clock: bool, wording: &Wording, cx: &Ctxt) {
+fn body(tokens: TokenStream, allow_clock: bool, wording: &Wording, cx: &Ctxt) {
     let mut renamed = Vec::new();
     collect_renames(tokens.clone(), &mut renamed);
     scan(tokens, allow_clock, &renamed, wording, cx);
@@ -389,7 +502,7 @@ fn report(cx: &Ctxt, start: Span, end: Span, message: String) {
 
 /// The return type: a function that cannot report a failure swallows it (rule 1; a relay function,
 /// rule 6). Returns the type to check at the type level when the tokens cannot tell.
-pub(crate) fn return_type<'a>(
+fn return_type<'a>(
     output: &'a ReturnType,
     name: &syn::Ident,
     wording: &Wording,
@@ -444,7 +557,7 @@ pub(crate) fn return_type<'a>(
 /// unit struct the attribute generates under that name, and rustc would report a confusing type
 /// mismatch; say what happened instead.
 /// Returns whether every binding is fine.
-pub(crate) fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
+fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
     use syn::Pat;
     // Every binding is checked (no short circuit), so every offending one is reported.
     let all = |pats: &mut dyn Iterator<Item = &Pat>| {

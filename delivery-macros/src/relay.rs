@@ -1,15 +1,41 @@
-//! `#[relay]`: the wording of the shared checks for a relay function (rule 6). Its expansion is
-//! still `consumer.rs`'s.
+//! `#[relay]`: a relay function the outbox relay runs, once per attempt, under the record's own id.
+//! The shared arguments and checks, worded for rule 6: the function's parameters come from the
+//! outbox record (`FromRecord`), and it returns the receiver's acknowledgement, a `Receipt`, which
+//! only a sink produces once the receiver confirmed.
 
 use crate::check::{self, Forbidden, Wording};
+use crate::kind::{Kind, Runtime};
 
-/// A relay function's errors: rule 6.
-pub(crate) const WORDING: Wording = Wording {
-    param: param_message,
-    call: call_message,
-    returns_nothing,
-    cannot_fail,
-};
+pub(crate) struct Relay;
+
+impl Kind for Relay {
+    const NAME: &'static str = "relay";
+    /// A `Relay<S>` is called with a `Record` and resolves to an `Attempt`.
+    const RUNTIME: Runtime = Runtime {
+        handler: "Relay",
+        input: "Record",
+        outcome: "Attempt",
+        convert: "attempt",
+        convert_traits: [
+            "AttemptViaBoxError",
+            "AttemptViaHandlerError",
+            "AttemptViaNothing",
+        ],
+        malformed: &["Attempt", "Malformed"],
+        extractor: "FromRecord",
+        extract: "extract_record",
+        assert_extractor: "assert_record_extractor",
+        function: "relay function",
+        caller: "relay",
+    };
+    const WORDING: Wording = Wording {
+        param: param_message,
+        call: call_message,
+        returns_nothing,
+        cannot_fail,
+    };
+    type Own = ();
+}
 
 /// Why a relay function must not read the clock, and what to do instead.
 const CLOCK: (&str, &str) = (
