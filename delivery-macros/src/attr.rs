@@ -2,6 +2,8 @@
 //! `crate = path`. An attribute with arguments of its own (`#[webhook]`'s `scheme`, `secret`, ...)
 //! parses them through [`Args::parse_with`].
 
+use proc_macro2::TokenStream;
+use quote::quote;
 use syn::meta::ParseNestedMeta;
 use syn::{LitStr, Path, Type};
 
@@ -21,14 +23,14 @@ pub(crate) struct Args {
 const KEYS: &str = "`allow_clock = \"why\"`, `state = Type`, `crate = path`";
 
 impl Args {
-    pub(crate) fn parse(attr: proc_macro2::TokenStream, cx: &Ctxt) -> Args {
+    pub(crate) fn parse(attr: TokenStream, cx: &Ctxt) -> Args {
         Args::parse_with(attr, cx, KEYS, |_| Ok(false))
     }
 
     /// The shared arguments, plus the attribute's own: `extra` is offered every key first and
     /// answers whether it took it. An unknown key is an error listing `keys`.
     pub(crate) fn parse_with(
-        attr: proc_macro2::TokenStream,
+        attr: TokenStream,
         cx: &Ctxt,
         keys: &str,
         mut extra: impl FnMut(&ParseNestedMeta<'_>) -> syn::Result<bool>,
@@ -62,6 +64,14 @@ impl Args {
             cx.push(error);
         }
         args
+    }
+
+    /// The path generated code names the runtime by: `crate = path`, or `::delivery`.
+    pub(crate) fn krate_path(&self) -> TokenStream {
+        match &self.krate {
+            Some(path) => quote!(#path),
+            None => quote!(::delivery),
+        }
     }
 }
 

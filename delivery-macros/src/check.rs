@@ -1,11 +1,12 @@
-//! The checks every handler attribute shares. Token-level checks here give the precise message on
-//! the offending tokens; the type-level probes emitted by the expansion catch what tokens cannot
-//! show (a type alias, a user type marked as a clock or minter).
+//! Check: the rules every handler attribute holds a function to. Token-level checks here give the
+//! precise message on the offending tokens; the type-level probes emitted by the expansion catch
+//! what tokens cannot show (a type alias, a user type marked as a clock or minter).
 
 use proc_macro2::{Spacing, Span, TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{GenericArgument, PathArguments, ReturnType, Type, TypeParamBound};
+use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type, TypeParamBound};
 
+use crate::ast::Handler;
 use crate::ctxt::Ctxt;
 
 /// What a forbidden thing is, with the rule it breaks and what to do instead.
@@ -16,53 +17,183 @@ pub(crate) enum Forbidden {
     AckHandle,
 }
 
-impl Forbidden {
-    fn param_message(self, name: &str, relay: bool) -> String {
-        match self {
-            Forbidden::Clock if relay => format!(
-                "a relay function must not take a clock (`{name}`): every attempt must send the record as it was written (rule 6)\n\
-                 help: any time the receiver needs belongs in the payload, written in the same transaction as the effect"
-            ),
-            Forbidden::Minter if relay => format!(
-                "a relay function must not take an id minter or a random source (`{name}`): every attempt must send under the record's own id, or the receiver cannot deduplicate (rule 6)\n\
-                 help: send under `record.id()`, or derive from it: `Uuid::new_v5(&namespace, record.id().as_str().as_bytes())`"
-            ),
-            Forbidden::Clock => format!(
-                "a handler must not take a clock (`{name}`): every delivery would write a different time (rule 3)\n\
-                 help: take the time from the unit (a field of the payload, its `Stamp`, a header) so a redelivery writes the same value"
-            ),
-            Forbidden::Minter => format!(
-                "a handler must not take an id minter or a random source (`{name}`): every delivery would create a new record (rule 3)\n\
-                 help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
-            ),
-            Forbidden::AckHandle => format!(
-                "a handler must not take an acknowledgement handle (`{name}`): the runtime acknowledges after the effect (rule 1)\n\
-                 help: return `Ok(())` once the effect is committed and the runtime acknowledges; return an error and it returns or dead-letters the unit"
-            ),
+/// How the checks word their errors: what the function is and which rule it breaks. A unit
+/// handler is held to rules 1 and 3 ([`HANDLER`]); an attribute whose function is something else
+/// (`#[relay]`) words its own.
+pub(crate) struct Wording {
+    /// A parameter of a forbidden type, named by its path's last segment.
+    pub(crate) param: fn(Forbidden, &str) -> String,
+    /// A forbidden call in the body, as written (`SystemTime::now`).
+    pub(crate) call: fn(Forbidden, &str) -> String,
+    /// A function that returns `()` by having no return type.
+    pub(crate) returns_nothing: fn(&syn::Ident) -> String,
+    /// A return type that cannot carry a failure, as written (`bool`).
+    pub(crate) cannot_fail: fn(&str) -> String,
+}
+
+/// The wording for a unit handler (`#[consumer]`, `#[webhook]`).
+pub(crate) const HANDLER: Wording = Wording {
+    param: handler_param,
+    call: handler_call,
+    returns_nothing: handler_returns_nothing,
+    cannot_fail: handler_cannot_fail,
+};
+
+fn handler_param(kind: Forbidden, name: &str) -> String {
+    match kind {
+        Forbidden::Clock => format!(
+            "a handler must not take a clock (`{name}`): every delivery would write a different time (rule 3)\n\
+             help: take the time from the unit (a field of the payload, its `Stamp`, a header) so a redelivery writes the same value"
+        ),
+        Forbidden::Minter => format!(
+            "a handler must not take an id minter or a random source (`{name}`): every delivery would create a new record (rule 3)\n\
+             help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
+        ),
+        Forbidden::AckHandle => format!(
+            "a handler must not take an acknowledgement handle (`{name}`): the runtime acknowledges after the effect (rule 1)\n\
+             help: return `Ok(())` once the effect is committed and the runtime acknowledges; return an error and it returns or dead-letters the unit"
+        ),
+    }
+}
+
+fn handler_call(kind: Forbidden, call: &str) -> String {
+    match kind {
+        Forbidden::Clock => format!(
+            "a handler must not read the clock (`{call}`): every delivery would write a different time (rule 3)\n\
+             help: take the time from the unit (a field of the payload, its `Stamp`, a header); a clock read that writes nothing, \
+             like a latency metric, may be declared with `#[consumer(allow_clock = \"why\")]`"
+        ),
+        Forbidden::Minter => format!(
+            "a handler must not mint ids or randomness (`{call}`): every delivery would create a new record (rule 3)\n\
+             help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
+        ),
+        Forbidden::AckHandle => unreachable!("acknowledgement is found by type, not by call"),
+    }
+}
+
+fn handler_returns_nothing(name: &syn::Ident) -> String {
+    format!(
+        "`{name}` returns `()`, which cannot report a failure: a failed unit would be acknowledged (rule 1)\n\
+         help: return `Result<(), HandlerError>` (or any `Result<_, E>` with `E: Into<HandlerError>`)"
+    )
+}
+
+fn handler_cannot_fail(ty: &str) -> String {
+    format!(
+        "a handler returning `{ty}` cannot report a failure: a failed unit would be acknowledged (rule 1)\n\
+         help: return `Result<(), HandlerError>` (or any `Result<_, E>` with `E: Into<HandlerError>`)"
+    )
+}
+
+/// What the checks learned, for the expansion.
+pub(crate) struct Checked {
+    pub(crate) params: Vec<Param>,
+    pub(crate) state: Option<Type>,
+    /// The return type, when its tokens passed the check.
+    pub(crate) output: Option<Type>,
+}
+
+pub(crate) struct Param {
+    pub(crate) ty: Type,
+    /// Whether the token-level checks passed; the type-level ones are emitted only then.
+    pub(crate) ok: bool,
+}
+
+/// What makes a function unusable as a `#[name]` handler, whatever its types.
+pub(crate) fn shape(function: &ItemFn, name: &str, cx: &Ctxt) -> bool {
+    let sig = &function.sig;
+    let mut ok = true;
+    if sig.asyncness.is_none() {
+        cx.error_spanned_by(
+            sig.fn_token,
+            format!("a {name} handler must be an `async fn`"),
+        );
+        ok = false;
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        cx.error_spanned_by(
+            &sig.generics,
+            format!("a {name} handler cannot be generic: name the concrete types it takes"),
+        );
+        ok = false;
+    }
+    if let Some(variadic) = &sig.variadic {
+        cx.error_spanned_by(variadic, format!("a {name} handler cannot be variadic"));
+        ok = false;
+    }
+    for input in &sig.inputs {
+        if let FnArg::Receiver(receiver) = input {
+            cx.error_spanned_by(receiver, format!("a {name} handler is a free function; take the state as `State<S>` instead of `self`"));
+            ok = false;
         }
     }
-
-    fn call_message(self, call: &str, relay: bool) -> String {
-        match self {
-            Forbidden::Clock if relay => format!(
-                "a relay function must not read the clock (`{call}`): every attempt must send the record as it was written (rule 6)\n\
-                 help: any time the receiver needs belongs in the payload, written in the same transaction as the effect"
-            ),
-            Forbidden::Minter if relay => format!(
-                "a relay function must not mint ids or randomness (`{call}`): every attempt would send under a new id, and the receiver could not deduplicate (rule 6)\n\
-                 help: send under `record.id()`, or derive from it: `Uuid::new_v5(&namespace, record.id().as_str().as_bytes())`"
-            ),
-            Forbidden::Clock => format!(
-                "a handler must not read the clock (`{call}`): every delivery would write a different time (rule 3)\n\
-                 help: take the time from the unit (a field of the payload, its `Stamp`, a header); a clock read that writes nothing, \
-                 like a latency metric, may be declared with `#[consumer(allow_clock = \"why\")]`"
-            ),
-            Forbidden::Minter => format!(
-                "a handler must not mint ids or randomness (`{call}`): every delivery would create a new record (rule 3)\n\
-                 help: derive the id from the unit: its `UnitId`, an id in the payload, or `Uuid::new_v5(&namespace, unit_id.as_str().as_bytes())`"
-            ),
-            Forbidden::AckHandle => unreachable!("acknowledgement is found by type, not by call"),
+    for input in &sig.inputs {
+        if let FnArg::Typed(typed) = input
+            && !binding_names(&typed.pat, &sig.ident, cx)
+        {
+            ok = false;
         }
+    }
+    ok
+}
+
+/// The parameters, the body and the return type of a function that passed [`shape`].
+pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctxt) -> Checked {
+    let sig = &handler.function.sig;
+    let allow_clock = handler.args.allow_clock.is_some();
+    let mut params = Vec::new();
+    let mut state = handler.args.state.clone();
+    let mut state_from_param = false;
+    for typed in handler.params() {
+        let ok = param_type(&typed.ty, allow_clock, wording, cx);
+        if let Some(inner) = state_param(&typed.ty) {
+            match &state {
+                Some(_) if state_from_param => cx.error_spanned_by(
+                    &typed.ty,
+                    "a handler takes its shared state once: put everything it needs in one state type",
+                ),
+                Some(_) => cx.error_spanned_by(
+                    &typed.ty,
+                    "the state type is given twice: by `state = ..` and by this `State<..>` parameter; keep one",
+                ),
+                None => {
+                    state = Some(inner.clone());
+                    state_from_param = true;
+                }
+            }
+        }
+        params.push(Param {
+            ty: (*typed.ty).clone(),
+            ok,
+        });
+    }
+    body(
+        handler.function.block.to_token_stream(),
+        allow_clock,
+        wording,
+        cx,
+    );
+    let output = return_type(&sig.output, &sig.ident, wording, cx).cloned();
+    Checked {
+        params,
+        state,
+        output,
+    }
+}
+
+/// `T` of a `State<T>` parameter.
+fn state_param(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    if last.ident != "State" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        GenericArgument::Type(inner) => Some(inner),
+        _ => None,
     }
 }
 
@@ -96,10 +227,10 @@ const WRAPPERS: &[&str] = &[
 ];
 
 /// Checks one parameter type; reports the first forbidden type reachable in it.
-pub(crate) fn param_type(ty: &Type, allow_clock: bool, cx: &Ctxt) -> bool {
+fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> bool {
     match find_forbidden_type(ty, allow_clock) {
         Some((kind, tokens, name)) => {
-            cx.error_spanned_by(tokens, kind.param_message(&name, cx.is_relay()));
+            cx.error_spanned_by(tokens, (wording.param)(kind, &name));
             false
         }
         None => true,
@@ -120,12 +251,7 @@ fn find_forbidden_type(ty: &Type, allow_clock: bool) -> Option<(Forbidden, Token
             .iter()
             .find_map(|elem| find_forbidden_type(elem, allow_clock)),
         Type::Path(path) => {
-            let segments: Vec<String> = path
-                .path
-                .segments
-                .iter()
-                .map(|s| s.ident.to_string())
-                .collect();
+            let segments = segment_names(&path.path);
             if let Some(kind) = forbidden_type(&segments).filter(|k| allowed(*k)) {
                 return Some((
                     kind,
@@ -159,18 +285,17 @@ fn bounds(
         let TypeParamBound::Trait(t) = bound else {
             return None;
         };
-        let segments: Vec<String> = t
-            .path
-            .segments
-            .iter()
-            .map(|s| s.ident.to_string())
-            .collect();
+        let segments = segment_names(&t.path);
         let kind = forbidden_type(&segments)?;
         if allow_clock && kind == Forbidden::Clock {
             return None;
         }
         Some((kind, t.path.to_token_stream(), segments.last()?.clone()))
     })
+}
+
+fn segment_names(path: &syn::Path) -> Vec<String> {
+    path.segments.iter().map(|s| s.ident.to_string()).collect()
 }
 
 /// Calls that read the clock: `Type::function` pairs.
@@ -238,10 +363,10 @@ const MINT_MACROS: &[&str] = &["nanoid"];
 /// A limit of any token scan: a clock type renamed by a `use` outside the function (`use
 /// std::time::SystemTime as Wall;` at the top of the module) is not seen; the same rename inside
 /// the body is.
-pub(crate) fn body(tokens: TokenStream, allow_clock: bool, cx: &Ctxt) {
+fn body(tokens: TokenStream, allow_clock: bool, wording: &Wording, cx: &Ctxt) {
     let mut renamed = Vec::new();
     collect_renames(tokens.clone(), &mut renamed);
-    scan(tokens, allow_clock, &renamed, cx);
+    scan(tokens, allow_clock, &renamed, wording, cx);
 }
 
 /// `use ...::SystemTime as Wall;` inside the body: `Wall` is then a clock type too.
@@ -267,11 +392,17 @@ fn collect_renames(tokens: TokenStream, renamed: &mut Vec<(String, String)>) {
     }
 }
 
-fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx: &Ctxt) {
+fn scan(
+    tokens: TokenStream,
+    allow_clock: bool,
+    renamed: &[(String, String)],
+    wording: &Wording,
+    cx: &Ctxt,
+) {
     let tokens: Vec<TokenTree> = tokens.into_iter().collect();
     for (i, token) in tokens.iter().enumerate() {
         match token {
-            TokenTree::Group(group) => scan(group.stream(), allow_clock, renamed, cx),
+            TokenTree::Group(group) => scan(group.stream(), allow_clock, renamed, wording, cx),
             TokenTree::Ident(first) => {
                 let written = first.to_string();
                 let first_name = renamed
@@ -292,14 +423,14 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                             cx,
                             first.span(),
                             second.span(),
-                            Forbidden::Clock.call_message(&call, cx.is_relay()),
+                            (wording.call)(Forbidden::Clock, &call),
                         );
                     } else if mints {
                         report(
                             cx,
                             first.span(),
                             second.span(),
-                            Forbidden::Minter.call_message(&call, cx.is_relay()),
+                            (wording.call)(Forbidden::Minter, &call),
                         );
                     }
                 }
@@ -315,7 +446,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         method.span(),
-                        Forbidden::Clock.call_message(&call, cx.is_relay()),
+                        (wording.call)(Forbidden::Clock, &call),
                     );
                 }
                 if MINT_NAMES.contains(&written.as_str()) {
@@ -323,7 +454,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         first.span(),
-                        Forbidden::Minter.call_message(&written, cx.is_relay()),
+                        (wording.call)(Forbidden::Minter, &written),
                     );
                 }
                 let is_macro =
@@ -333,7 +464,7 @@ fn scan(tokens: TokenStream, allow_clock: bool, renamed: &[(String, String)], cx
                         cx,
                         first.span(),
                         first.span(),
-                        Forbidden::Minter.call_message(&format!("{written}!"), cx.is_relay()),
+                        (wording.call)(Forbidden::Minter, &format!("{written}!")),
                     );
                 }
             }
@@ -369,33 +500,17 @@ fn report(cx: &Ctxt, start: Span, end: Span, message: String) {
     cx.push(syn::Error::new_spanned(first, message));
 }
 
-/// The return type: a handler that cannot report a failure swallows it (rule 1). Returns the type
-/// to check at the type level when the tokens cannot tell.
-pub(crate) fn return_type<'a>(
+/// The return type: a function that cannot report a failure swallows it (rule 1; a relay function,
+/// rule 6). Returns the type to check at the type level when the tokens cannot tell.
+fn return_type<'a>(
     output: &'a ReturnType,
     name: &syn::Ident,
-    relay: bool,
+    wording: &Wording,
     cx: &Ctxt,
 ) -> Option<&'a Type> {
     let ty = match output {
-        ReturnType::Default if relay => {
-            cx.error_spanned_by(
-                name,
-                format!(
-                    "`{name}` returns `()`, which proves nothing: the relay would mark a record delivered that no receiver confirmed (rule 6)\n\
-                     help: return `Result<Receipt, HandlerError>`, the `Receipt` coming from a sink's `send(..).await?`"
-                ),
-            );
-            return None;
-        }
         ReturnType::Default => {
-            cx.error_spanned_by(
-                name,
-                format!(
-                    "`{name}` returns `()`, which cannot report a failure: a failed unit would be acknowledged (rule 1)\n\
-                     help: return `Result<(), HandlerError>` (or any `Result<_, E>` with `E: Into<HandlerError>`)"
-                ),
-            );
+            cx.error_spanned_by(name, (wording.returns_nothing)(name));
             return None;
         }
         ReturnType::Type(_, ty) => ty,
@@ -430,26 +545,9 @@ pub(crate) fn return_type<'a>(
         }
         _ => false,
     };
-    if cannot_fail && relay {
-        cx.error_spanned_by(
-            ty,
-            format!(
-                "a relay function returning `{}` proves nothing: the relay would mark a record delivered that no receiver confirmed (rule 6)\n\
-                 help: return `Result<Receipt, HandlerError>`, the `Receipt` coming from a sink's `send(..).await?`",
-                ty.to_token_stream().to_string().replace(' ', "")
-            ),
-        );
-        return None;
-    }
     if cannot_fail {
-        cx.error_spanned_by(
-            ty,
-            format!(
-                "a handler returning `{}` cannot report a failure: a failed unit would be acknowledged (rule 1)\n\
-                 help: return `Result<(), HandlerError>` (or any `Result<_, E>` with `E: Into<HandlerError>`)",
-                ty.to_token_stream().to_string().replace(' ', "")
-            ),
-        );
+        let written = ty.to_token_stream().to_string().replace(' ', "");
+        cx.error_spanned_by(ty, (wording.cannot_fail)(&written));
         return None;
     }
     Some(ty)
@@ -459,7 +557,7 @@ pub(crate) fn return_type<'a>(
 /// unit struct the attribute generates under that name, and rustc would report a confusing type
 /// mismatch; say what happened instead.
 /// Returns whether every binding is fine.
-pub(crate) fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
+fn binding_names(pat: &syn::Pat, handler: &syn::Ident, cx: &Ctxt) -> bool {
     use syn::Pat;
     // Every binding is checked (no short circuit), so every offending one is reported.
     let all = |pats: &mut dyn Iterator<Item = &Pat>| {

@@ -9,29 +9,13 @@ use quote::ToTokens;
 #[derive(Default)]
 pub(crate) struct Ctxt {
     errors: RefCell<Option<Vec<syn::Error>>>,
-    /// Expanding `#[relay]`: the shared checks word their messages for a relay function.
-    relay: bool,
 }
 
 impl Ctxt {
     pub(crate) fn new() -> Self {
         Ctxt {
             errors: RefCell::new(Some(Vec::new())),
-            relay: false,
         }
-    }
-
-    /// A context for `#[relay]`.
-    pub(crate) fn relay() -> Self {
-        Ctxt {
-            errors: RefCell::new(Some(Vec::new())),
-            relay: true,
-        }
-    }
-
-    /// Whether the attribute is `#[relay]`.
-    pub(crate) fn is_relay(&self) -> bool {
-        self.relay
     }
 
     /// An error spanning `tokens`.

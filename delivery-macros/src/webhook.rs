@@ -1,8 +1,9 @@
-//! `#[webhook]`: parse -> check -> expand.
+//! `#[webhook]`: what it adds to the shared stages.
 //!
 //! A webhook handler is a consumer handler whose unit arrives over HTTP, signed by a third party.
-//! The annotated `async fn` goes through `#[consumer]`'s checks and expansion (a unit struct of
-//! the same name implementing `Handler<S>`, the function kept as `name::handle`), plus:
+//! The annotated `async fn` goes through the shared checks and expansion as a `#[consumer]` does
+//! (a unit struct of the same name implementing `Handler<S>`, the function kept as
+//! `name::handle`), plus:
 //! - a parameter that reads the request body before it is verified (axum's `Json`, `Form`,
 //!   `Bytes`, `String`, `Request`, `Body`) is refused (rule 5), by its tokens where they tell and
 //!   by its type otherwise;
@@ -15,13 +16,16 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::meta::ParseNestedMeta;
 use syn::spanned::Spanned;
 use syn::{
-    Expr, ExprArray, ExprCall, ExprClosure, FnArg, GenericArgument, ItemFn, Lit, LitInt, LitStr,
-    Pat, PathArguments, Type,
+    Expr, ExprArray, ExprCall, ExprClosure, GenericArgument, Lit, LitInt, LitStr, Pat,
+    PathArguments, Type,
 };
 
+use crate::ast::Handler;
 use crate::attr::{Args, set};
-use crate::consumer::{self, Attrs, Checked, Flavor};
+use crate::check::{self, Checked, Wording};
 use crate::ctxt::Ctxt;
+use crate::expand::{self, Attrs};
+use crate::kind::{Kind, Runtime};
 
 const KEYS: &str = "`scheme = stripe`, `secret = env(\"VAR\")`, `max_body = bytes`, \
                     `tolerance_secs = seconds`, `allow_clock = \"why\"`, `state = Type`, `crate = path`";
@@ -44,7 +48,7 @@ const SECRET_FORMS: &str = "`secret = env(\"VAR\")` (read from the environment a
 
 /// `#[webhook]`'s own arguments.
 #[derive(Default)]
-struct Hook {
+pub(crate) struct Hook {
     /// The `Scheme` variant; `None` when missing or unknown (already reported).
     scheme: Option<syn::Ident>,
     /// Whether `scheme = ..` was given at all, known or not.
@@ -70,45 +74,51 @@ struct StateSecret {
     ty: Option<Type>,
 }
 
-pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
-    let function = match consumer::parse_handler(item, Flavor::Webhook) {
-        Ok(function) => function,
-        Err(errors) => return errors,
-    };
-    let cx = Ctxt::new();
-    let mut hook = Hook::default();
-    let args = Args::parse_with(attr, &cx, KEYS, |meta| hook.parse(meta, &cx));
-    hook.require(&cx);
-    let shape_ok = consumer::check_shape(&function, Flavor::Webhook, &cx);
-    let checked = shape_ok.then(|| {
-        let mut checked = consumer::check_signature(&function, &args, Flavor::Webhook, &cx);
-        check_raw_body(&function, &mut checked, &cx);
-        checked
-    });
-    if let Some(checked) = &checked {
-        hook.check_closures(checked.state.as_ref(), &cx);
+pub(crate) struct Webhook;
+
+impl Kind for Webhook {
+    const NAME: &'static str = "webhook";
+    const RUNTIME: Runtime = Runtime::CONSUMER;
+    const WORDING: Wording = check::HANDLER;
+    type Own = Hook;
+
+    fn parse_args(attr: TokenStream, cx: &Ctxt) -> (Args, Hook) {
+        let mut hook = Hook::default();
+        let args = Args::parse_with(attr, cx, KEYS, |meta| hook.parse(meta, cx));
+        hook.require(cx);
+        (args, hook)
     }
-    let errors = cx.check().err();
-    match checked {
-        None => quote! {
-            #[allow(dead_code)]
-            #function
-            #errors
-        },
-        Some(mut checked) => {
-            // A handler without state runs against `()`: its parameters come from the unit alone.
-            let stateless = checked.state.is_none();
-            let state: Type = checked
-                .state
-                .get_or_insert_with(|| syn::parse_quote!(()))
-                .clone();
-            let has_errors = errors.is_some();
-            let handler =
-                consumer::expand_checked(&function, &args, &checked, has_errors, Flavor::Webhook);
-            let webhook = expand_webhook(&function, &args, &hook, &state, stateless, has_errors);
-            quote!(#handler #webhook #errors)
+
+    fn check(handler: &Handler<Hook>, checked: &mut Checked, cx: &Ctxt) {
+        check_raw_body(handler, checked, cx);
+        handler.own.check_closures(checked.state.as_ref(), cx);
+    }
+
+    fn default_state() -> Option<Type> {
+        Some(unit_state())
+    }
+
+    fn assert_extractor(krate: &TokenStream, ty: &Type, state: &TokenStream) -> TokenStream {
+        let check = extractor(krate, ty, state);
+        quote!(let _ = #check;)
+    }
+
+    fn extract(krate: &TokenStream, ty: &Type, state: &TokenStream) -> TokenStream {
+        let extractor = extractor(krate, ty, state);
+        quote!((#extractor)(__delivery_unit, __delivery_state))
+    }
+
+    fn expand(handler: &Handler<Hook>, checked: &Checked, has_errors: bool) -> TokenStream {
+        match &checked.state {
+            Some(state) => expand_webhook(handler, state, false, has_errors),
+            None => expand_webhook(handler, &unit_state(), true, has_errors),
         }
     }
+}
+
+/// The state of a handler that takes none: its parameters come from the unit alone.
+fn unit_state() -> Type {
+    syn::parse_quote!(())
 }
 
 impl Hook {
@@ -346,13 +356,9 @@ const PASS_THROUGH: &[&str] = &["Option", "Result", "Box"];
 /// Rule 5 by tokens: a parameter that reads the body before the generated handler verified it.
 /// Types the tokens leave open (a bare `Json` could be `delivery::Json` or axum's) are checked by
 /// type in the expansion.
-fn check_raw_body(function: &ItemFn, checked: &mut Checked, cx: &Ctxt) {
-    let typed = function.sig.inputs.iter().filter_map(|input| match input {
-        FnArg::Typed(typed) => Some(&typed.ty),
-        FnArg::Receiver(_) => None,
-    });
-    for (ty, param) in typed.zip(&mut checked.params) {
-        if let Some((tokens, name)) = reads_raw_body(ty) {
+fn check_raw_body(handler: &Handler<Hook>, checked: &mut Checked, cx: &Ctxt) {
+    for (typed, param) in handler.params().zip(&mut checked.params) {
+        if let Some((tokens, name)) = reads_raw_body(&typed.ty) {
             cx.error_spanned_by(
                 tokens,
                 format!(
@@ -405,7 +411,7 @@ fn reads_raw_body(ty: &Type) -> Option<(TokenStream, String)> {
 /// `fn(&Unit, &S) -> Result<T, Malformed>`: an extractor, an error with rule 5's message for a
 /// type that reads the raw body (axum's `Json` imported as `Json`), or the usual "not an
 /// extractor" error. Chosen at the call site, where the types are concrete.
-pub(crate) fn extractor(krate: &TokenStream, ty: &Type, state: &TokenStream) -> TokenStream {
+fn extractor(krate: &TokenStream, ty: &Type, state: &TokenStream) -> TokenStream {
     let wp = quote!(#krate::webhook::__private);
     let span = ty.span();
     quote_spanned! {span=>
@@ -417,21 +423,22 @@ pub(crate) fn extractor(krate: &TokenStream, ty: &Type, state: &TokenStream) -> 
     }
 }
 
+/// `WebhookHandler<S>` and axum's `Handler`, so that `post(name)` routes to the handler type.
 fn expand_webhook(
-    function: &ItemFn,
-    args: &Args,
-    hook: &Hook,
+    handler: &Handler<Hook>,
     state: &Type,
     stateless: bool,
     has_errors: bool,
 ) -> TokenStream {
-    let krate = match &args.krate {
-        Some(path) => quote!(#path),
-        None => quote!(::delivery),
-    };
+    let Handler {
+        function,
+        args,
+        own: hook,
+    } = handler;
+    let krate = args.krate_path();
     let private = quote!(#krate::__private);
     let wp = quote!(#krate::webhook::__private);
-    let Attrs { cfgs, .. } = consumer::sort_attrs(&function.attrs);
+    let Attrs { cfgs, .. } = expand::sort_attrs(&function.attrs);
     let vis = &function.vis;
     let name = &function.sig.ident;
     let name_text = name.to_string();

@@ -1,0 +1,271 @@
+//! Expand: the pipeline every attribute runs (parse -> check -> expand), and the wrapper it
+//! generates: the annotated `async fn` becomes a unit struct of the same name implementing the
+//! attribute's runtime trait; the function as written stays callable as `name::handle(..)`.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::{Attribute, ItemFn};
+
+use crate::ast::{self, Handler};
+use crate::check::{self, Checked};
+use crate::ctxt::Ctxt;
+use crate::kind::Kind;
+use crate::span;
+
+/// `#[K](attr)` on `item`.
+pub(crate) fn attribute<K: Kind>(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let function = match ast::function(item, K::NAME) {
+        Ok(function) => function,
+        Err(errors) => return errors,
+    };
+    let cx = Ctxt::new();
+    let (args, own) = K::parse_args(attr, &cx);
+    let handler = Handler {
+        function,
+        args,
+        own,
+    };
+    let shape_ok = check::shape(&handler.function, K::NAME, &cx);
+    let checked = shape_ok.then(|| {
+        let mut checked = check::signature(&handler, &K::WORDING, &cx);
+        K::check(&handler, &mut checked, &cx);
+        checked
+    });
+    let errors = cx.check().err();
+    match checked {
+        // The function cannot become a handler at all: keep it as written so an IDE still knows
+        // it, plus every error.
+        None => {
+            let function = &handler.function;
+            quote! {
+                #[allow(dead_code)]
+                #function
+                #errors
+            }
+        }
+        // Errors, if any, are reported; the handler type is still generated (with the checks that
+        // still apply) so the places that use it raise no second, misleading error.
+        Some(checked) => {
+            let has_errors = errors.is_some();
+            let wrapper = wrapper::<K>(&handler, &checked, has_errors);
+            let own = K::expand(&handler, &checked, has_errors);
+            quote!(#wrapper #own #errors)
+        }
+    }
+}
+
+/// Attributes by where they belong: docs on the type and the function, `cfg` on every generated
+/// item, everything else (`allow`, `inline`, `tracing::instrument`, ...) on the function.
+pub(crate) struct Attrs<'a> {
+    pub(crate) docs: Vec<&'a Attribute>,
+    pub(crate) cfgs: Vec<&'a Attribute>,
+    pub(crate) other: Vec<&'a Attribute>,
+}
+
+pub(crate) fn sort_attrs(attrs: &[Attribute]) -> Attrs<'_> {
+    let mut sorted = Attrs {
+        docs: Vec::new(),
+        cfgs: Vec::new(),
+        other: Vec::new(),
+    };
+    for attr in attrs {
+        if attr.path().is_ident("doc") {
+            sorted.docs.push(attr);
+        } else if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
+            sorted.cfgs.push(attr);
+        } else {
+            sorted.other.push(attr);
+        }
+    }
+    sorted
+}
+
+/// The unit struct, the function as `name::handle`, the type-level checks and the runtime trait's
+/// impl.
+fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bool) -> TokenStream {
+    let runtime = &K::RUNTIME;
+    let args = &handler.args;
+    let krate = args.krate_path();
+    let private = quote!(#krate::__private);
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = &handler.function;
+    let Attrs { docs, cfgs, other } = sort_attrs(attrs);
+    let name = &sig.ident;
+    let inputs = &sig.inputs;
+    let output = &sig.output;
+    let state = checked.state.clone().or_else(K::default_state);
+
+    // The state the parameters are resolved against: the `State<T>` parameter's `T`, `state = T`,
+    // the attribute's default, or any state at all when the handler takes none.
+    let (impl_generics, state_ty, where_clause) = match &state {
+        Some(ty) => (quote!(), quote!(#ty), quote!()),
+        None => {
+            let extractor = format_ident!("{}", runtime.extractor);
+            let bounds = checked.params.iter().map(|p| {
+                let ty = &p.ty;
+                quote!(#ty: #private::#extractor<__DeliveryState>,)
+            });
+            (
+                quote!(<__DeliveryState: ::core::marker::Send + ::core::marker::Sync + 'static>),
+                quote!(__DeliveryState),
+                quote!(where #(#bounds)*),
+            )
+        }
+    };
+    let check_state = state.as_ref().map_or_else(|| quote!(()), |ty| quote!(#ty));
+
+    // Each parameter: not a clock (unless declared safe), not a minter, not an acknowledgement
+    // handle — by type, which sees through aliases and wrappers. Whether it is an extractor is
+    // checked here when the impl below does not (a generic state, or errors already found).
+    let param_checks = checked.params.iter().filter(|p| p.ok).map(|p| {
+        let ty = &p.ty;
+        let (start, end) = span::range(ty);
+        let probe = |method: &str| {
+            let method = format_ident!("{}", method);
+            quote!((&#private::probe::Probe::<#ty>::NEW).#method())
+        };
+        let clock = args.allow_clock.is_none().then(|| {
+            let call = span::call(
+                start,
+                end,
+                quote!(#private::probe::assert_not_clock),
+                probe("clock_probe"),
+            );
+            quote!(#call;)
+        });
+        let minter = span::call(
+            start,
+            end,
+            quote!(#private::probe::assert_not_minter),
+            probe("minter_probe"),
+        );
+        let ack = span::call(
+            start,
+            end,
+            quote!(#private::probe::assert_not_ack_handle),
+            probe("ack_probe"),
+        );
+        let extractor =
+            (state.is_none() || has_errors).then(|| K::assert_extractor(&krate, ty, &check_state));
+        quote! {
+            #clock
+            #minter;
+            #ack;
+            #extractor
+        }
+    });
+
+    // The return value's conversion, in one place, spanned to the return type: a type that cannot
+    // report a failure is refused here.
+    let outcome = format_ident!("{}", runtime.outcome);
+    let outcome_fn = checked.output.as_ref().map(|ty| {
+        let (start, end) = span::range(ty);
+        let convert = span::call(
+            start,
+            end,
+            quote!(#private::Returned::new),
+            quote!(__delivery_returned),
+        );
+        let method = format_ident!("{}", runtime.convert);
+        let convert = span::expr(start, end, quote!((&&#convert).#method()));
+        let via = runtime
+            .convert_traits
+            .iter()
+            .map(|t| format_ident!("{}", t));
+        quote! {
+            #[allow(dead_code)]
+            fn __delivery_outcome(__delivery_returned: #ty) -> #private::#outcome {
+                use #private::{#(#via as _),*};
+                #convert
+            }
+        }
+    });
+
+    let call_body = if has_errors || checked.output.is_none() {
+        // Never runs: the build fails on the errors above. It keeps the type usable meanwhile.
+        let message = format!("#[{}] reported errors", K::NAME);
+        quote!(async { ::core::unreachable!(#message) })
+    } else {
+        let malformed = runtime.malformed.iter().map(|s| format_ident!("{}", s));
+        let malformed = quote!(#private #(::#malformed)*);
+        let bindings: Vec<_> = (0..checked.params.len())
+            .map(|i| format_ident!("__delivery_arg{}", i))
+            .collect();
+        let extracts = checked.params.iter().map(|p| {
+            let call = K::extract(&krate, &p.ty, &state_ty);
+            quote!(#call?)
+        });
+        quote! {
+            let __delivery_args = (|| -> ::core::result::Result<_, #private::Malformed> {
+                ::core::result::Result::Ok((#(#extracts,)*))
+            })();
+            async move {
+                match __delivery_args {
+                    ::core::result::Result::Ok((#(#bindings,)*)) => {
+                        __delivery_outcome(#name::handle(#(#bindings),*).await)
+                    }
+                    ::core::result::Result::Err(__delivery_error) => #malformed(__delivery_error),
+                }
+            }
+        }
+    };
+
+    let clock_doc = args.allow_clock.as_ref().map(|reason| {
+        let text = format!(
+            " Reads the clock by a recorded exception: {}",
+            reason.value()
+        );
+        quote!(#[doc = ""] #[doc = #text])
+    });
+    let handle_doc = format!(
+        " The {} `{name}` as written. Call it directly in tests; the {} calls it through `{}`.",
+        runtime.function, runtime.caller, runtime.handler
+    );
+    let handler_trait = format_ident!("{}", runtime.handler);
+    let input = format_ident!("{}", runtime.input);
+
+    quote! {
+        #(#cfgs)*
+        #(#docs)*
+        #clock_doc
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        impl #name {
+            #(#docs)*
+            #[doc = ""]
+            #[doc = #handle_doc]
+            #[allow(clippy::unused_async, clippy::missing_errors_doc)]
+            #(#other)*
+            #vis async fn handle(#inputs) #output #block
+        }
+
+        #(#cfgs)*
+        const _: () = {
+            use #private::probe::{AckFallback as _, AckSpecific as _, ClockFallback as _, ClockSpecific as _, MinterFallback as _, MinterSpecific as _};
+
+            #[allow(dead_code, clippy::all)]
+            fn __delivery_checks() {
+                #(#param_checks)*
+            }
+
+            #outcome_fn
+
+            impl #impl_generics #private::#handler_trait<#state_ty> for #name #where_clause {
+                fn call(
+                    &self,
+                    __delivery_unit: &#private::#input,
+                    __delivery_state: &#state_ty,
+                ) -> impl ::core::future::Future<Output = #private::#outcome> + ::core::marker::Send + 'static {
+                    #call_body
+                }
+            }
+        };
+    }
+}
