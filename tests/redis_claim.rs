@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use delivery::dead_letter::DeadLetters;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{Disposition, ReasonKind, Settle, Source, Unit};
 use redis::Value;
@@ -179,14 +180,15 @@ async fn a_unit_claimed_past_the_bound_goes_to_the_dead_letter_unhandled() {
     handle.settle(&unit, &Disposition::Ack).await.unwrap();
     let dead = RedisDeadLetters::new(&url, &topology)
         .unwrap()
-        .peek(10)
+        .list(10, None)
         .await
-        .unwrap();
+        .unwrap()
+        .records;
     assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].id.as_str(), "crashes");
+    assert_eq!(dead[0].id().as_str(), "crashes");
     assert_eq!(dead[0].reason, Some(ReasonKind::Exhausted));
-    assert_eq!(dead[0].delivery_count, Some(3));
-    assert_eq!(dead[0].payload.as_ref(), b"{}");
+    assert_eq!(dead[0].delivery_count().get(), 3);
+    assert_eq!(dead[0].unit.payload().as_ref(), b"{}");
     let summary: Value = redis::cmd("XPENDING")
         .arg(&topology.stream)
         .arg("workers")
