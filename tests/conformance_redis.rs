@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use delivery::Unit;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::testing::conformance::{self, Fixture};
 use redis::aio::MultiplexedConnection;
 
 fn redis_url() -> String {
@@ -67,6 +67,7 @@ impl Redis {
 
 impl Fixture for Redis {
     type Source = RedisSource;
+    type DeadLetters = RedisDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries(max_deliveries);
@@ -96,21 +97,8 @@ impl Fixture for Redis {
         RedisSource::connect(&self.url, topology).await.unwrap()
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
-        RedisDeadLetters::new(&self.url, &self.topology(name))
-            .unwrap()
-            .peek(usize::MAX)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.id.to_string(),
-                delivery_count: d.delivery_count.unwrap_or(0),
-                reason: d.reason.expect("a reason recorded with every dead letter"),
-                payload: d.payload,
-                headers: d.headers,
-            })
-            .collect()
+    async fn dead_letter(&self, name: &str) -> RedisDeadLetters {
+        RedisDeadLetters::new(&self.url, &self.topology(name)).unwrap()
     }
 }
 

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use delivery::dead_letter::DeadLetters;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{
     Consumer, Disposition, HandlerError, ReasonKind, Source, State, Unit, UnitId, consumer,
@@ -214,14 +215,15 @@ async fn a_unit_claimed_past_the_bound_goes_to_the_dead_letter_unhandled() {
     assert_eq!((report.acked, report.dead_lettered), (1, 1), "{report:?}");
     let dead = RedisDeadLetters::new(&url, &topology)
         .unwrap()
-        .peek(10)
+        .list(10, None)
         .await
-        .unwrap();
+        .unwrap()
+        .records;
     assert_eq!(dead.len(), 1, "{dead:?}");
-    assert_eq!(dead[0].id.as_str(), "crashes");
+    assert_eq!(dead[0].id().as_str(), "crashes");
     assert_eq!(dead[0].reason, Some(ReasonKind::Exhausted));
-    assert_eq!(dead[0].delivery_count, Some(3));
-    assert_eq!(dead[0].payload.as_ref(), b"{}");
+    assert_eq!(dead[0].delivery_count().get(), 3);
+    assert_eq!(dead[0].unit.payload().as_ref(), b"{}");
     let summary: Value = redis::cmd("XPENDING")
         .arg(&topology.stream)
         .arg("workers")

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use delivery::ReasonKind;
-use delivery::redis::{DeadLetterRecord, RedisDeadLetters, RedisTopology};
+use delivery::dead_letter::{DeadLetter, DeadLetters};
+use delivery::redis::{RedisDeadLetters, RedisTopology};
+use delivery::{ReasonKind, UnitId};
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
@@ -115,6 +116,50 @@ impl Env {
         RedisDeadLetters::new(&redis_url(), &self.topology).unwrap()
     }
 
+    /// Every record in the dead letter, a page at a time.
+    async fn all_dead(&self) -> Vec<DeadLetter> {
+        let dead = self.dead_letters();
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let page = dead.list(500, after.as_ref()).await.unwrap();
+            all.extend(page.records);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return all,
+            }
+        }
+    }
+
+    /// The fields of the dead-letter entry `entry_id`, in order, exactly as stored.
+    async fn dead_letter_fields(&self, entry_id: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut redis = self.redis.clone();
+        let range: Value = redis::cmd("XRANGE")
+            .arg(self.topology.dead_letter_stream_name())
+            .arg(entry_id)
+            .arg(entry_id)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let bytes = |v: &Value| match v {
+            Value::BulkString(b) => b.clone(),
+            other => panic!("{other:?}"),
+        };
+        match range {
+            Value::Array(entries) => match &entries[..] {
+                [Value::Array(entry)] => match &entry[..] {
+                    [_, Value::Array(fields)] => fields
+                        .chunks(2)
+                        .map(|kv| (bytes(&kv[0]), bytes(&kv[1])))
+                        .collect(),
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// The group's pending entries, and whether it has been handed every entry of the stream.
     async fn group_state(&self) -> (i64, bool) {
         let mut redis = self.redis.clone();
@@ -170,8 +215,8 @@ fn pairs(value: Value) -> HashMap<String, Value> {
     }
 }
 
-fn by_id(dead: &[DeadLetterRecord]) -> BTreeMap<String, &DeadLetterRecord> {
-    dead.iter().map(|d| (d.id.to_string(), d)).collect()
+fn by_id(dead: &[DeadLetter]) -> BTreeMap<String, &DeadLetter> {
+    dead.iter().map(|d| (d.id().to_string(), d)).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,35 +254,39 @@ async fn the_example_applies_orders_once_and_dead_letters_poison() {
         env.balances().await,
         BTreeMap::from([("c-1".into(), 150), ("c-2".into(), 7)])
     );
-    let dead = env.dead_letters().peek(100).await.unwrap();
+    let dead = env.all_dead().await;
     let dead = by_id(&dead);
     let bad = dead["bad-json"];
     assert_eq!(bad.reason, Some(ReasonKind::Malformed));
-    assert_eq!(bad.payload.as_ref(), b"{not json", "intact");
-    assert_eq!(bad.delivery_count, Some(1), "dead-lettered directly");
-    assert_eq!(bad.source.as_deref(), Some(env.stream.as_str()));
-    assert!(bad.source_entry_id.is_some());
+    assert_eq!(bad.unit.payload().as_ref(), b"{not json", "intact");
+    assert_eq!(bad.delivery_count().get(), 1, "dead-lettered directly");
+    assert_eq!(bad.source, env.stream);
+    assert!(bad.dead_lettered_at.is_some());
     assert_eq!(dead["missing-field"].reason, Some(ReasonKind::Malformed));
     assert_eq!(dead["negative"].reason, Some(ReasonKind::Rejected));
-    assert_eq!(dead["negative"].delivery_count, Some(1));
-    assert!(
-        dead["negative"]
-            .detail
-            .as_deref()
-            .unwrap()
-            .contains("negative amount")
-    );
+    assert_eq!(dead["negative"].delivery_count().get(), 1);
+    assert!(dead["negative"].detail.contains("negative amount"));
+    // The entry with no `id` field is known by the entry id it had in the stream.
     let raw = dead[raw_id.as_str()];
     assert_eq!(raw.reason, Some(ReasonKind::Malformed));
-    assert_eq!(raw.source_entry_id.as_deref(), Some(raw_id.as_str()));
     assert_eq!(
-        &raw.fields[..2],
+        env.dead_letters()
+            .peek(&UnitId::new(raw_id.as_str()))
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(raw)
+    );
+    assert_eq!(raw.unit.headers().get_str("order_id"), Some("o-raw"));
+    assert_eq!(
+        raw.unit.headers().get("blob").map(|b| b.as_ref()),
+        Some(&[0xff, 0x00, 0x7f][..])
+    );
+    assert_eq!(
+        &env.dead_letter_fields(&raw.position).await[..2],
         &[
-            ("order_id".into(), "o-raw".into()),
-            (
-                "blob".into(),
-                bytes::Bytes::from_static(&[0xff, 0x00, 0x7f])
-            )
+            (b"order_id".to_vec(), b"o-raw".to_vec()),
+            (b"blob".to_vec(), vec![0xff, 0x00, 0x7f])
         ],
         "every field kept, in order, byte for byte"
     );
@@ -320,13 +369,13 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         "every order's amount counted exactly once"
     );
     assert_eq!(env.hlen("orders").await, valid_units);
-    let dead = env.dead_letters().peek(usize::MAX).await.unwrap();
+    let dead = env.all_dead().await;
     let found: BTreeSet<(String, String)> = dead
         .iter()
         .map(|d| {
             (
-                d.id.to_string(),
-                String::from_utf8(d.payload.to_vec()).unwrap(),
+                d.id().to_string(),
+                String::from_utf8(d.unit.payload().to_vec()).unwrap(),
             )
         })
         .collect();
@@ -339,7 +388,7 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
             matches!(d.reason, Some(ReasonKind::Malformed | ReasonKind::Rejected)),
             "{d:?}"
         );
-        assert_eq!(d.source.as_deref(), Some(env.stream.as_str()));
+        assert_eq!(d.source, env.stream);
     }
     eprintln!(
         "crash run: {UNITS} units, {kills} SIGKILLs, {applied_before_final} applied and \

@@ -1,9 +1,12 @@
 //! The operator's side of the Redis dead-letter stream, against the real Redis: count (and its
-//! gauge), list and peek without consuming, redrive under the same unit id.
+//! gauge), list and peek without consuming, redrive under the same unit id, purge.
 #![cfg(feature = "redis")]
 
+use std::time::{Duration, SystemTime};
+
+use delivery::dead_letter::{DeadLetters, Selection};
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Source, Unit};
+use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Source, Unit, UnitId};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis::Value;
 
@@ -50,6 +53,8 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
         .await
         .unwrap();
     let mut source = RedisSource::connect(&url, topology.clone()).await.unwrap();
+    // Redis's clock in whole milliseconds, as the dead-letter entry ids carry it.
+    let before = SystemTime::now() - Duration::from_millis(1);
     for _ in 0..3 {
         let (unit, handle) = source.receive().await.unwrap().unwrap();
         let refused = Disposition::DeadLetter(DeadLetterReason::new(
@@ -78,39 +83,74 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
         .map(|(_, _, _, value)| value);
     assert_eq!(depth, Some(DebugValue::Gauge(3.0.into())));
 
-    let peeked = dead.peek(10).await.unwrap();
-    let ids: Vec<&str> = peeked.iter().map(|r| r.id.as_str()).collect();
+    let after = SystemTime::now() + Duration::from_millis(1);
+    let listed = dead.list(10, None).await.unwrap();
+    assert!(listed.next.is_none(), "one page holds them all");
+    let peeked = listed.records;
+    let ids: Vec<&str> = peeked.iter().map(|r| r.id().as_str()).collect();
     assert_eq!(ids, ["d-1", "d-2", bare.as_str()], "oldest first");
     for record in &peeked {
         assert_eq!(record.reason, Some(ReasonKind::Rejected));
-        assert_eq!(record.source.as_deref(), Some(topology.stream.as_str()));
-        assert_eq!(record.delivery_count, Some(1));
-        assert_eq!(record.detail, Some(format!("{} refused", record.id)));
-        assert!(record.source_entry_id.is_some());
+        assert_eq!(record.source, topology.stream);
+        assert_eq!(record.delivery_count().get(), 1);
+        assert_eq!(record.detail, format!("{} refused", record.id()));
+        assert!(
+            record
+                .unit
+                .headers()
+                .iter()
+                .all(|(name, _)| !name.starts_with("x-dead-letter-")),
+            "the unit's own headers: {:?}",
+            record.unit.headers()
+        );
+        let at = record.dead_lettered_at.expect("the entry id's time");
+        assert!(before <= at && at <= after, "{at:?} not within the test");
     }
-    assert_eq!(peeked[0].payload.as_ref(), b"body of d-1");
-    assert_eq!(peeked[0].headers.get_str("tenant"), Some("acme"));
-    assert_eq!(peeked[2].source_entry_id.as_deref(), Some(bare.as_str()));
-    assert_eq!(peeked[2].headers.get_str("tenant"), Some("globex"));
-    // Paging: what follows the first.
-    let rest = dead.list(Some(&peeked[0].entry_id), 10).await.unwrap();
-    assert_eq!(rest, peeked[1..]);
-    assert_eq!(dead.peek(1).await.unwrap(), peeked[..1]);
+    assert_eq!(peeked[0].unit.payload().as_ref(), b"body of d-1");
+    assert_eq!(peeked[0].unit.headers().get_str("tenant"), Some("acme"));
+    assert_eq!(peeked[2].unit.headers().get_str("tenant"), Some("globex"));
+    assert_eq!(peeked[2].unit.headers().len(), 1);
+    // Paging: a page of one, then what follows it.
+    let first = dead.list(1, None).await.unwrap();
+    assert_eq!(first.records, peeked[..1]);
+    let rest = dead
+        .list(10, Some(&first.next.expect("more follow")))
+        .await
+        .unwrap();
+    assert_eq!(rest.records, peeked[1..]);
+    assert_eq!(
+        dead.peek(&UnitId::new(bare.as_str()))
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&peeked[2])
+    );
+    assert_eq!(dead.peek(&UnitId::new("d-9")).await.unwrap(), None);
     assert_eq!(dead.count().await.unwrap(), 3, "peeking consumed nothing");
 
     // Redrive the second and the bare one; keep the first.
-    let report = dead.redrive(|r| r.id.as_str() != "d-1").await.unwrap();
+    let report = dead
+        .redrive(Selection::Ids(&[
+            UnitId::new("d-2"),
+            UnitId::new(bare.as_str()),
+            UnitId::new("d-9"),
+        ]))
+        .await
+        .unwrap();
     assert_eq!(
         report
-            .moved
+            .redriven
             .iter()
             .map(|id| id.as_str())
             .collect::<Vec<_>>(),
         ["d-2", bare.as_str()]
     );
-    assert_eq!(report.kept, 1);
+    assert_eq!(report.not_found, [UnitId::new("d-9")]);
     assert_eq!(dead.count().await.unwrap(), 1);
-    assert_eq!(dead.peek(10).await.unwrap()[0].id.as_str(), "d-1");
+    assert_eq!(
+        dead.list(10, None).await.unwrap().records[0].id().as_str(),
+        "d-1"
+    );
 
     // Back in the source stream: the unit's own fields, no bookkeeping, and its unit id as `id`.
     let back: Value = redis::cmd("XRANGE")
@@ -155,6 +195,11 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
             .await
             .unwrap();
     }
+
+    // Purged for good.
+    assert_eq!(dead.purge(&[UnitId::new("d-1")]).await.unwrap(), 1);
+    assert_eq!(dead.purge(&[UnitId::new("d-1")]).await.unwrap(), 0);
+    assert_eq!(dead.count().await.unwrap(), 0);
 
     drop(source);
     let _: () = redis::cmd("DEL")

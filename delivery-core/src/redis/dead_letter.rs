@@ -1,67 +1,53 @@
-//! The operator's view of a stream's dead letter: count, list and peek without consuming, redrive
-//! back to the source stream under the same unit id, and the depth gauge.
+//! The operator's view of a stream's dead letter: [`DeadLetters`] over the dead-letter stream
+//! (`XLEN`, `XRANGE`, `XADD` back to the source, `XDEL`), and the depth gauge.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use ::redis::Value;
 use ::redis::aio::MultiplexedConnection;
-use bytes::Bytes;
 
 use super::entry::{self, Entry, Read};
 use super::topology::RedisTopology;
 use super::{COMMAND_TIMEOUT, FIELD_ID, FIELD_PAYLOAD};
+use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
+use crate::headers;
 use crate::transport::TransportError;
-use crate::unit::{Headers, UnitId};
+use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 
-/// One unit in the dead-letter stream, as read without removing it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeadLetterRecord {
-    /// The entry's id in the dead-letter stream (what [`RedisDeadLetters::remove`] takes).
-    pub entry_id: String,
-    /// The unit's id: its `id` field, else the entry id it had in its source stream.
-    pub id: UnitId,
-    /// The `payload` field, byte for byte as it was read (empty if the entry had none).
-    pub payload: Bytes,
-    /// Every field but `payload` and `id`, including the `x-dead-letter-*` ones.
-    pub headers: Headers,
-    /// Every field, in order, exactly as stored.
-    pub fields: Vec<(Bytes, Bytes)>,
-    /// Why it was dead-lettered.
-    pub reason: Option<ReasonKind>,
-    /// The reason's detail, as the consumer recorded it.
-    pub detail: Option<String>,
-    /// The stream it came from.
-    pub source: Option<String>,
-    /// The entry id it had in that stream.
-    pub source_entry_id: Option<String>,
-    /// Redis's delivery count (times delivered) when it was dead-lettered.
-    pub delivery_count: Option<u32>,
-}
-
-/// What a redrive did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RedriveReport {
-    /// Units added back to their source stream (and then deleted from the dead letter).
-    pub moved: Vec<UnitId>,
-    /// Units looked at and left in the dead letter.
-    pub kept: usize,
-}
-
-/// The dead-letter stream of one consumed stream, for an operator.
+/// The dead-letter stream of one consumed stream, for an operator: it implements
+/// [`DeadLetters`].
+///
+/// - A record's [`position`](DeadLetter::position) is its entry id in the dead-letter stream, so
+///   a [`Cursor`] stays valid while other entries come and go; its
+///   [`dead_lettered_at`](DeadLetter::dead_lettered_at) is that entry id's millisecond part (the
+///   time Redis added it).
+/// - The unit's id is its `id` field, else the entry id it had in its source stream
+///   ([`crate::headers::DEAD_LETTER_ENTRY_ID`]); its headers are its fields without `payload`,
+///   `id` and the `x-dead-letter-*` ones.
+/// - A redrive `XADD`s the unit back to its source stream (the recorded
+///   [`crate::headers::DEAD_LETTER_SOURCE`], else the topology's stream) with its fields as they
+///   were, without the `x-dead-letter-*` ones (so Redis counts its deliveries afresh), and with an
+///   `id` field holding its unit id if it had none (so it keeps the id it was dead-lettered
+///   under). Only once Redis answered the `XADD` is the dead-letter entry deleted (`XDEL`); a crash
+///   between the two leaves the unit in both, never in neither. A redrive or purge looks at the
+///   entries present when it starts, not at those added while it runs (a redriven unit that fails
+///   again comes back after them).
+/// - A purge deletes the entries for good (`XDEL`).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delivery::TransportError> {
+/// use delivery::dead_letter::{DeadLetters, Selection};
 /// use delivery::redis::{RedisDeadLetters, RedisTopology};
 ///
 /// let topology = RedisTopology::new("orders", "billing");
 /// let dead = RedisDeadLetters::new("redis://127.0.0.1:6379", &topology)?;
-/// for record in dead.peek(10).await? {
-///     println!("{} {:?}: {:?}", record.id, record.reason, record.detail);
+/// for record in dead.list(10, None).await?.records {
+///     println!("{record}");
 /// }
 /// // Back to `orders`, under the same unit id, once the bug is fixed.
-/// let report = dead.redrive(|r| r.reason == Some(delivery::ReasonKind::Exhausted)).await?;
+/// let report = dead.redrive(Selection::All).await?;
 /// # let _ = report; Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -81,7 +67,19 @@ impl std::fmt::Debug for RedisDeadLetters {
     }
 }
 
+/// Entries read per `XRANGE` while a redrive, purge or peek scans the dead letter.
 const PAGE: usize = 100;
+
+/// A scan of the entries a dead letter holds when it starts, a page at a time: the entries
+/// added while it runs (a redriven unit dead-lettered again) are not seen.
+#[derive(Default)]
+struct Scan {
+    /// The newest entry when the scan started, read with its first page.
+    last: Option<String>,
+    /// The last entry seen.
+    after: Option<String>,
+    done: bool,
+}
 
 impl RedisDeadLetters {
     /// The dead letter of `topology.stream` on the server at `url`. Connects on first use.
@@ -94,9 +92,14 @@ impl RedisDeadLetters {
         })
     }
 
-    /// The dead-letter stream's name.
-    pub fn name(&self) -> &str {
-        &self.dead_letter_stream
+    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
+    /// until the returned task is aborted.
+    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let this = self.clone();
+        crate::dead_letter::depth::watch(self.dead_letter_stream.clone(), every, move || {
+            let this = this.clone();
+            async move { DeadLetters::count(&this).await }
+        })
     }
 
     async fn run<T: ::redis::FromRedisValue>(
@@ -127,9 +130,175 @@ impl RedisDeadLetters {
         })
     }
 
-    /// Units in the dead letter (`XLEN`). Also sets the `delivery_dead_letter_depth` gauge
-    /// (label `dead_letter`).
-    pub async fn count(&self) -> Result<u64, TransportError> {
+    /// Up to `count` entries after the entry `after` (from the first with `None`) up to the entry
+    /// `last` (inclusive), oldest first.
+    async fn range(
+        &self,
+        after: Option<&str>,
+        last: &str,
+        count: usize,
+    ) -> Result<Vec<Entry>, TransportError> {
+        const WHAT: &str = "reading the dead letter (XRANGE)";
+        let mut range = ::redis::cmd("XRANGE");
+        range
+            .arg(&self.dead_letter_stream)
+            .arg(after.map_or_else(|| "-".to_owned(), |id| format!("({id}")))
+            .arg(last)
+            .arg("COUNT")
+            .arg(count);
+        self.entries(WHAT, "XRANGE", &range).await
+    }
+
+    /// The id of the newest entry (`XREVRANGE + - COUNT 1`), where a scan of the entries present
+    /// now stops; `None` when the dead letter is empty.
+    async fn newest(&self) -> Result<Option<String>, TransportError> {
+        const WHAT: &str = "reading the dead letter's newest entry (XREVRANGE)";
+        let mut range = ::redis::cmd("XREVRANGE");
+        range
+            .arg(&self.dead_letter_stream)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1);
+        let newest = self.entries(WHAT, "XREVRANGE", &range).await?;
+        Ok(newest.into_iter().next().map(|entry| entry.id))
+    }
+
+    /// The entries a range command's reply lists.
+    async fn entries(
+        &self,
+        what: &'static str,
+        name: &'static str,
+        command: &::redis::Cmd,
+    ) -> Result<Vec<Entry>, TransportError> {
+        let reply: Value = self.run(what, command).await?;
+        let shape = entry::Shape::of(name, &reply);
+        let read =
+            entry::entries(reply).ok_or_else(|| TransportError::msg(what, shape.to_string()))?;
+        Ok(read
+            .into_iter()
+            .filter_map(|read| match read {
+                Read::Entry(entry) => Some(entry),
+                Read::Deleted(_) => None,
+            })
+            .collect())
+    }
+
+    /// The next page of `scan`, each entry with its record; `None` once it saw them all.
+    async fn next_page(
+        &self,
+        scan: &mut Scan,
+    ) -> Result<Option<Vec<(Entry, DeadLetter)>>, TransportError> {
+        if scan.done {
+            return Ok(None);
+        }
+        let last = match &scan.last {
+            Some(last) => last.clone(),
+            None => match self.newest().await? {
+                Some(last) => scan.last.insert(last).clone(),
+                None => {
+                    scan.done = true;
+                    return Ok(None);
+                }
+            },
+        };
+        let page = self.range(scan.after.as_deref(), &last, PAGE).await?;
+        scan.done = page.len() < PAGE;
+        let Some(newest) = page.last() else {
+            return Ok(None);
+        };
+        scan.after = Some(newest.id.clone());
+        Ok(Some(
+            page.into_iter()
+                .map(|entry| {
+                    let record = self.record(&entry);
+                    (entry, record)
+                })
+                .collect(),
+        ))
+    }
+
+    /// Deletes the entries `ids` (`XDEL`); returns how many were there.
+    async fn delete(&self, ids: &[&str]) -> Result<u64, TransportError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut del = ::redis::cmd("XDEL");
+        del.arg(&self.dead_letter_stream).arg(ids);
+        self.run("deleting from the dead letter (XDEL)", &del).await
+    }
+
+    /// Adds `entry`'s unit back to `target` as a new entry: its own fields, and its unit `id`.
+    async fn republish(
+        &self,
+        entry: &Entry,
+        id: &UnitId,
+        target: &str,
+    ) -> Result<(), TransportError> {
+        let mut add = ::redis::cmd("XADD");
+        add.arg(target).arg("*");
+        if entry::field(&entry.fields, FIELD_ID).is_none() {
+            add.arg(FIELD_ID).arg(id.as_str());
+        }
+        for (name, value) in &entry.fields {
+            if !entry::is_transport_field(name) {
+                add.arg(name.as_ref()).arg(value.as_ref());
+            }
+        }
+        self.run::<Value>("redriving (XADD)", &add).await?;
+        Ok(())
+    }
+
+    /// The record of a dead-letter entry.
+    fn record(&self, entry: &Entry) -> DeadLetter {
+        let fields = &entry.fields;
+        let text = |name: &str| entry::field_str(fields, name);
+        let id = entry::unit_id(
+            fields,
+            text(headers::DEAD_LETTER_ENTRY_ID).unwrap_or(&entry.id),
+        );
+        let payload = entry::field(fields, FIELD_PAYLOAD)
+            .cloned()
+            .unwrap_or_default();
+        let own = entry::headers(fields);
+        let own = if own.iter().any(|(name, _)| headers::is_dead_letter(name)) {
+            Headers::from_pairs(
+                own.iter()
+                    .filter(|(name, _)| !headers::is_dead_letter(name))
+                    .map(|(name, value)| (name.to_owned(), value.clone())),
+            )
+        } else {
+            own
+        };
+        let count = text(headers::DEAD_LETTER_DELIVERY_COUNT)
+            .and_then(|c| c.parse().ok())
+            .map_or(DeliveryCount::FIRST, DeliveryCount::new);
+        let unit = Unit::new(id, payload)
+            .with_headers(own)
+            .with_delivery_count(count);
+        let source = text(headers::DEAD_LETTER_SOURCE).unwrap_or(&self.stream);
+        let mut record = DeadLetter::new(unit, source, entry.id.clone());
+        record.reason = text(headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);
+        record.detail = text(headers::DEAD_LETTER_DETAIL)
+            .unwrap_or_default()
+            .to_owned();
+        record.dead_lettered_at = entry
+            .id
+            .split_once('-')
+            .and_then(|(millis, _)| millis.parse().ok())
+            .map(|millis| UNIX_EPOCH + Duration::from_millis(millis));
+        record
+    }
+}
+
+impl DeadLetters for RedisDeadLetters {
+    /// The dead-letter stream's name.
+    fn name(&self) -> &str {
+        &self.dead_letter_stream
+    }
+
+    /// Entries in the dead-letter stream (`XLEN`).
+    async fn count(&self) -> Result<u64, TransportError> {
         let mut len = ::redis::cmd("XLEN");
         len.arg(&self.dead_letter_stream);
         let depth: u64 = self
@@ -139,153 +308,77 @@ impl RedisDeadLetters {
         Ok(depth)
     }
 
-    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
-    /// until the returned task is aborted.
-    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        crate::dead_letter::depth::watch(self.dead_letter_stream.clone(), every, move || {
-            let this = this.clone();
-            async move { this.count().await }
-        })
+    /// One `XRANGE` after the cursor's entry id.
+    async fn list(&self, limit: usize, after: Option<&Cursor>) -> Result<Listing, TransportError> {
+        if limit == 0 {
+            return Ok(Listing::page(Vec::new(), false));
+        }
+        let mut page = self
+            .range(after.map(Cursor::as_str), "+", limit.saturating_add(1))
+            .await?;
+        let more = page.len() > limit;
+        page.truncate(limit);
+        Ok(Listing::page(
+            page.iter().map(|entry| self.record(entry)).collect(),
+            more,
+        ))
     }
 
-    /// Up to `n` units from the head (oldest first) of the dead letter, left in it.
-    pub async fn peek(&self, n: usize) -> Result<Vec<DeadLetterRecord>, TransportError> {
-        self.list(None, n).await
-    }
-
-    /// Up to `n` units that follow the entry `after` (a [`DeadLetterRecord::entry_id`]), or
-    /// from the head with `None`, oldest first, left in the dead letter: pages through it.
-    pub async fn list(
-        &self,
-        after: Option<&str>,
-        n: usize,
-    ) -> Result<Vec<DeadLetterRecord>, TransportError> {
-        let mut records = Vec::new();
-        let mut cursor = after.map(str::to_owned);
-        while records.len() < n {
-            let page = (n - records.len()).min(PAGE);
-            let mut range = ::redis::cmd("XRANGE");
-            range
-                .arg(&self.dead_letter_stream)
-                .arg(match &cursor {
-                    Some(id) => format!("({id}"),
-                    None => "-".to_owned(),
-                })
-                .arg("+")
-                .arg("COUNT")
-                .arg(page);
-            let reply: Value = self.run("reading the dead letter (XRANGE)", &range).await?;
-            let shape = entry::Shape::of("XRANGE", &reply);
-            let read = entry::entries(reply).ok_or_else(|| {
-                TransportError::msg("reading the dead letter (XRANGE)", shape.to_string())
-            })?;
-            let got = read.len();
-            for read in read {
-                if let Read::Entry(entry) = read {
-                    cursor = Some(entry.id.clone());
-                    records.push(record(entry));
-                }
-            }
-            if got < page {
-                break;
+    async fn peek(&self, id: &UnitId) -> Result<Option<DeadLetter>, TransportError> {
+        let mut scan = Scan::default();
+        while let Some(page) = self.next_page(&mut scan).await? {
+            if let Some((_, record)) = page.into_iter().find(|(_, record)| record.id() == id) {
+                return Ok(Some(record));
             }
         }
-        Ok(records)
+        Ok(None)
     }
 
-    /// Deletes entries from the dead letter (`XDEL`), for units an operator has dealt with.
-    /// Returns how many were there.
-    pub async fn remove(&self, entry_ids: &[&str]) -> Result<u64, TransportError> {
-        if entry_ids.is_empty() {
-            return Ok(0);
-        }
-        let mut del = ::redis::cmd("XDEL");
-        del.arg(&self.dead_letter_stream).arg(entry_ids);
-        self.run("deleting from the dead letter (XDEL)", &del).await
-    }
-
-    /// Moves the units `select` picks back to their source stream (the recorded
-    /// `x-dead-letter-source`, or the topology's stream): each is added as a new entry with its
-    /// fields as they were, without the `x-dead-letter-*` ones (so Redis counts its deliveries
-    /// afresh), and with an `id` field holding its unit id if it had none, so it keeps the id it
-    /// was dead-lettered under. Only once Redis answered the `XADD` is the dead-letter entry
-    /// deleted; a unit whose `XADD` fails stays in the dead letter and the redrive stops with
-    /// the error.
-    pub async fn redrive(
-        &self,
-        mut select: impl FnMut(&DeadLetterRecord) -> bool,
-    ) -> Result<RedriveReport, TransportError> {
-        let mut report = RedriveReport::default();
-        let mut after: Option<String> = None;
-        loop {
-            let page = self.list(after.as_deref(), PAGE).await?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.entry_id.clone());
-            let full = page.len() == PAGE;
-            for record in page {
-                if !select(&record) {
-                    report.kept += 1;
+    async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
+        let mut redriven = Vec::new();
+        let mut scan = Scan::default();
+        while let Some(page) = self.next_page(&mut scan).await? {
+            for (entry, record) in page {
+                let id = record.id();
+                if !selection.contains(id) {
                     continue;
                 }
-                let target = record.source.clone().unwrap_or_else(|| self.stream.clone());
-                let mut add = ::redis::cmd("XADD");
-                add.arg(&target).arg("*");
-                if entry::field(&record.fields, FIELD_ID).is_none() {
-                    add.arg(FIELD_ID).arg(record.id.as_str());
-                }
-                for (name, value) in &record.fields {
-                    if !entry::is_transport_field(name) {
-                        add.arg(name.as_ref()).arg(value.as_ref());
-                    }
-                }
-                self.run::<Value>("redriving (XADD)", &add)
-                    .await
-                    .map_err(|e| {
-                        TransportError::msg(
-                            "redriving",
-                            format!(
-                                "{} was not added to `{target}` and stays in the dead letter: {e}",
-                                record.id
-                            ),
-                        )
-                    })?;
-                self.remove(&[record.entry_id.as_str()]).await.map_err(|e| {
+                let target = &record.source;
+                self.republish(&entry, id, target).await.map_err(|e| {
                     TransportError::msg(
                         "redriving",
                         format!(
-                            "{} was added to `{target}` but not deleted from the dead letter ({e}); it is in both",
-                            record.id
+                            "{id} was not added to `{target}` and stays in the dead letter: {e}"
                         ),
                     )
                 })?;
-                report.moved.push(record.id);
-            }
-            if !full {
-                break;
+                self.delete(&[entry.id.as_str()]).await.map_err(|e| {
+                    TransportError::msg(
+                        "redriving",
+                        format!(
+                            "{id} was added to `{target}` but not deleted from the dead letter ({e}); it is in both"
+                        ),
+                    )
+                })?;
+                redriven.push(id.clone());
             }
         }
-        Ok(report)
+        Ok(RedriveReport::of(selection, redriven))
     }
-}
 
-fn record(entry: Entry) -> DeadLetterRecord {
-    let Entry { id, fields } = entry;
-    let text = |name: &str| entry::field_str(&fields, name).map(str::to_owned);
-    let source_entry_id = text(crate::headers::DEAD_LETTER_ENTRY_ID);
-    DeadLetterRecord {
-        id: entry::unit_id(&fields, source_entry_id.as_deref().unwrap_or(&id)),
-        payload: entry::field(&fields, FIELD_PAYLOAD)
-            .cloned()
-            .unwrap_or_default(),
-        headers: entry::headers(&fields),
-        reason: text(crate::headers::DEAD_LETTER_REASON).and_then(|r| ReasonKind::parse(&r)),
-        detail: text(crate::headers::DEAD_LETTER_DETAIL),
-        source: text(crate::headers::DEAD_LETTER_SOURCE),
-        delivery_count: text(crate::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .and_then(|c| c.parse().ok()),
-        source_entry_id,
-        entry_id: id,
-        fields,
+    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
+        let mut purged = 0;
+        let mut scan = Scan::default();
+        while !ids.is_empty()
+            && let Some(page) = self.next_page(&mut scan).await?
+        {
+            let matching: Vec<&str> = page
+                .iter()
+                .filter(|(_, record)| ids.contains(record.id()))
+                .map(|(entry, _)| entry.id.as_str())
+                .collect();
+            purged += self.delete(&matching).await?;
+        }
+        Ok(purged)
     }
 }

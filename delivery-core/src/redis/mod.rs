@@ -1,6 +1,7 @@
 //! Redis Streams consumer groups (feature `redis`): a [`Source`](crate::Source) over one stream
 //! read by a consumer group, the topology helper that creates the group, a publish helper, and
-//! the operator's view of the dead-letter stream.
+//! the operator's view of the dead-letter stream ([`RedisDeadLetters`], a
+//! [`DeadLetters`](crate::DeadLetters)).
 //!
 //! - **Acknowledgement**: new entries are read with `XREADGROUP ... >`; an entry is `XACK`ed only
 //!   once its handler resolved `Ok` (the runtime's [`Disposition::Ack`](crate::Disposition::Ack)),
@@ -80,7 +81,7 @@ mod settle;
 mod source;
 mod topology;
 
-pub use dead_letter::{DeadLetterRecord, RedisDeadLetters, RedriveReport};
+pub use dead_letter::RedisDeadLetters;
 pub use publish::publish;
 pub use settle::RedisHandle;
 pub use source::RedisSource;
