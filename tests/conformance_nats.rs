@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream;
 use delivery::Unit;
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::testing::conformance::{self, Fixture};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -72,6 +72,7 @@ impl JetStream {
 
 impl Fixture for JetStream {
     type Source = NatsSource;
+    type DeadLetters = NatsDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliver(max_deliveries);
@@ -124,20 +125,8 @@ impl Fixture for JetStream {
             .unwrap()
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
+    async fn dead_letter(&self, name: &str) -> NatsDeadLetters {
         NatsDeadLetters::new(self.client.clone(), &self.topology(name))
-            .list()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.id.to_string(),
-                delivery_count: d.delivery_count.unwrap_or(0),
-                reason: d.reason.expect("a reason recorded with every dead letter"),
-                payload: d.payload,
-                headers: d.headers,
-            })
-            .collect()
     }
 }
 

@@ -3,6 +3,8 @@
 //! server is unreachable. The test writes into a schema of its own.
 #![cfg(feature = "nats")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
 #[path = "support/process.rs"]
 mod process;
 
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
+use delivery::DeadLetters;
 use delivery::nats::{NatsDeadLetters, NatsTopology};
 // Schema names below are this test's own (`nats_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -282,14 +285,14 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     // A valid unit whose fifth delivery died with its consumer is in the dead letter as
     // exhausted (its effect may or may not have been applied before the kill): its amount is
     // counted at most once. Every other valid unit is applied exactly once.
-    let dead = env.dead_letters().list().await.unwrap();
+    let dead = dead_letters::all(&env.dead_letters()).await;
     // Valid units swept as exhausted (a poison unit caught by a kill on its last delivery is
     // swept as exhausted too, instead of being dead-lettered for its own reason).
     let exhausted: BTreeSet<String> = dead
         .iter()
         .filter(|d| d.reason == Some(delivery::ReasonKind::Exhausted))
-        .filter(|d| orders.contains_key(d.id.as_str()))
-        .map(|d| d.id.to_string())
+        .filter(|d| orders.contains_key(d.id().as_str()))
+        .map(|d| d.id().to_string())
         .collect();
     let applied: BTreeSet<String> = sqlx::query(AssertSqlSafe(format!(
         "SELECT order_id FROM {}.nats_orders",
@@ -321,16 +324,16 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     }
     assert!(
         dead.iter()
-            .all(|d| d.id.as_str().starts_with("poison-") || exhausted.contains(d.id.as_str())),
+            .all(|d| d.id().as_str().starts_with("poison-") || exhausted.contains(d.id().as_str())),
         "only poison and exhausted units in the dead letter"
     );
     let found: BTreeSet<(String, String)> = dead
         .iter()
-        .filter(|d| d.id.as_str().starts_with("poison-"))
+        .filter(|d| d.id().as_str().starts_with("poison-"))
         .map(|d| {
             (
-                d.id.to_string(),
-                String::from_utf8(d.payload.to_vec()).unwrap(),
+                d.id().to_string(),
+                String::from_utf8(d.unit.payload().to_vec()).unwrap(),
             )
         })
         .collect();
@@ -346,16 +349,16 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
         poison.len(),
         exhausted.len()
     );
-    for d in dead.iter().filter(|d| exhausted.contains(d.id.as_str())) {
-        let (customer, amount) = &orders[d.id.as_str()];
-        let i = &d.id.as_str()[2..];
+    for d in dead.iter().filter(|d| exhausted.contains(d.id().as_str())) {
+        let (customer, amount) = &orders[d.id().as_str()];
+        let i = &d.id().as_str()[2..];
         assert_eq!(
-            String::from_utf8(d.payload.to_vec()).unwrap(),
+            String::from_utf8(d.unit.payload().to_vec()).unwrap(),
             order(&format!("o-{i}"), customer, *amount),
             "{} swept intact",
-            d.id
+            d.id()
         );
-        assert_eq!(d.delivery_count, Some(max_deliver));
+        assert_eq!(d.delivery_count().get(), max_deliver);
     }
     let exhausted = exhausted.len();
     env.cleanup().await;

@@ -1,14 +1,15 @@
-//! The operator's side of the JetStream dead letter, against the real server: poison moved by the
-//! consumer, listed and peeked without consuming, the depth gauge, and a redrive back to the
-//! source subject under the same unit id.
+//! The operator's side of the JetStream dead letter through `DeadLetters`, against the real
+//! server: poison moved by the consumer, listed a page at a time and peeked without consuming, the
+//! depth, a redrive back to the source subject under the same unit id, and a purge.
 #![cfg(feature = "nats")]
 
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
+use delivery::dead_letter::{Cursor, DeadLetters, Selection};
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::{Consumer, HandlerError, Json, ReasonKind, UnitId, consumer};
+use delivery::{Consumer, HandlerError, Json, ReasonKind, Stamp, UnitId, consumer};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -102,53 +103,73 @@ async fn list_peek_and_redrive_under_the_same_id() {
     let dead = NatsDeadLetters::new(client.clone(), &topology);
     assert_eq!(dead.name(), format!("{stream}_DLQ"));
     assert_eq!(dead.count().await.unwrap(), 3);
-    let listed = dead.list().await.unwrap();
-    let ids: Vec<&str> = listed.iter().map(|d| d.id.as_str()).collect();
+    let listed = dead.list(10, None).await.unwrap();
+    assert!(listed.next.is_none(), "one page holds all three");
+    let listed = listed.records;
+    let ids: Vec<&str> = listed.iter().map(|d| d.id().as_str()).collect();
     let anonymous_id = format!("{stream}:{anonymous}");
     assert_eq!(ids, ["bad-json", "negative", anonymous_id.as_str()]);
     let bad = &listed[0];
-    assert_eq!(bad.payload.as_ref(), b"{oops", "intact");
+    assert_eq!(bad.unit.payload().as_ref(), b"{oops", "intact");
     assert_eq!(bad.reason, Some(ReasonKind::Malformed));
-    assert_eq!(bad.delivery_count, Some(1));
-    assert_eq!(bad.source.as_deref(), Some(stream.as_str()));
-    assert_eq!(bad.subject.as_deref(), Some(format!("{stream}.a").as_str()));
-    assert_eq!(bad.source_sequence, Some(1));
-    assert_eq!(bad.headers.get_str("tenant"), Some("acme"));
-    assert_eq!(bad.headers.get_str("Nats-Msg-Id"), Some("bad-json"));
-    assert_eq!(listed[1].reason, Some(ReasonKind::Rejected));
+    assert_eq!(bad.delivery_count().get(), 1);
+    assert_eq!(bad.source, stream);
     assert_eq!(
-        listed[1].detail.as_deref(),
-        Some("negative amount"),
-        "{:?}",
-        listed[1]
+        bad.unit.stamp(),
+        Some(Stamp(1)),
+        "its sequence in the source"
     );
-    let peeked = dead.peek(1).await.unwrap();
-    assert_eq!(peeked.len(), 1);
-    assert_eq!(peeked[0].id, bad.id);
+    assert_eq!(bad.position, "1", "its sequence in the dead letter");
+    let stored_at = bad.dead_lettered_at.expect("JetStream's time of the copy");
+    let age = std::time::SystemTime::now()
+        .duration_since(stored_at)
+        .unwrap_or_default();
+    assert!(age < Duration::from_secs(60), "stored {age:?} ago");
+    assert_eq!(bad.unit.headers().get_str("tenant"), Some("acme"));
+    assert_eq!(bad.unit.headers().get_str("Nats-Msg-Id"), Some("bad-json"));
+    assert!(
+        bad.unit
+            .headers()
+            .iter()
+            .all(|(name, _)| !delivery::headers::is_dead_letter(name)),
+        "{:?}",
+        bad.unit.headers()
+    );
+    assert_eq!(listed[1].reason, Some(ReasonKind::Rejected));
+    assert_eq!(listed[1].detail, "negative amount", "{:?}", listed[1]);
+
+    // A page at a time: the cursor is the record's position.
+    let first = dead.list(1, None).await.unwrap();
+    assert_eq!(first.records, listed[..1]);
+    assert_eq!(first.next, Some(Cursor::new("1")));
+    let rest = dead.list(5, first.next.as_ref()).await.unwrap();
+    assert_eq!(rest.records, listed[1..]);
+    assert!(rest.next.is_none());
+    assert!(dead.list(1, Some(&Cursor::new("x"))).await.is_err());
+
+    let peeked = dead.peek(bad.id()).await.unwrap();
+    assert_eq!(peeked.as_ref(), Some(bad));
+    assert!(dead.peek(&UnitId::new("none")).await.unwrap().is_none());
     assert_eq!(
         dead.count().await.unwrap(),
         3,
         "listing and peeking consume nothing"
     );
 
-    // Redrive the two refused units; the malformed one stays. Units redriven inside the source's
-    // duplicate window are refused by JetStream and stay too, so the redrive is repeated until
-    // the window (100 ms here) has passed.
-    let wanted = |d: &delivery::nats::DeadLetterRecord| d.reason == Some(ReasonKind::Rejected);
-    let mut moved: Vec<UnitId> = Vec::new();
-    for _ in 0..50 {
-        let report = dead.redrive(wanted).await.unwrap();
-        assert_eq!(report.kept, 1, "{report:?}");
-        moved.extend(report.moved);
-        if report.duplicates.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
+    // Redrive the two refused units; the malformed one stays. Units published less than the
+    // source's duplicate window ago (100 ms here) are redriven once it has passed.
+    let refused: Vec<UnitId> = listed
+        .iter()
+        .filter(|d| d.reason == Some(ReasonKind::Rejected))
+        .map(|d| d.id().clone())
+        .collect();
+    let report = dead.redrive(Selection::Ids(&refused)).await.unwrap();
+    let mut moved = report.redriven.clone();
     moved.sort();
     let mut expected = vec![UnitId::new("negative"), UnitId::new(anonymous_id.clone())];
     expected.sort();
     assert_eq!(moved, expected);
+    assert!(report.not_found.is_empty(), "{report:?}");
     assert_eq!(dead.count().await.unwrap(), 1, "the malformed unit stays");
 
     // Back in the source stream on their subject, under the same id, without the dead letter's
@@ -183,15 +204,23 @@ async fn list_peek_and_redrive_under_the_same_id() {
         ]
     );
     consume_through(&client, &topology, redriven_seq).await;
-    let again: Vec<String> = dead
-        .list()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|d| d.id.to_string())
-        .collect();
-    assert_eq!(again.len(), 3, "{again:?}");
-    assert!(again.contains(&"negative".to_owned()) && again.contains(&anonymous_id));
+    let again = dead.list(10, None).await.unwrap().records;
+    let again_ids: Vec<&str> = again.iter().map(|d| d.id().as_str()).collect();
+    assert_eq!(again.len(), 3, "{again_ids:?}");
+    assert!(again_ids.contains(&"negative") && again_ids.contains(&anonymous_id.as_str()));
+    assert!(
+        again.iter().all(|d| d.delivery_count().get() == 1),
+        "a redrive counts deliveries afresh"
+    );
+
+    // Purged, the malformed unit is gone for good.
+    assert_eq!(dead.purge(&[UnitId::new("bad-json")]).await.unwrap(), 1);
+    assert_eq!(dead.count().await.unwrap(), 2);
+    assert!(
+        dead.peek(&UnitId::new("bad-json")).await.unwrap().is_none(),
+        "purged"
+    );
+    assert_eq!(dead.purge(&[UnitId::new("bad-json")]).await.unwrap(), 0);
 
     for s in [
         &topology.stream,

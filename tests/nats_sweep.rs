@@ -4,6 +4,9 @@
 //! `work_queue` retention.
 #![cfg(feature = "nats")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -17,7 +20,7 @@ use delivery::headers::{
     DEAD_LETTER_SUBJECT as HEADER_DEAD_LETTER_SUBJECT,
 };
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology, Retention};
-use delivery::{ReasonKind, Source, UnitId};
+use delivery::{ReasonKind, Source, Stamp, UnitId};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -76,6 +79,35 @@ async fn publish(
         .await
         .unwrap()
         .sequence
+}
+
+/// The stored copy at `sequence` of `stream`, read through a consumer (which keeps every value of
+/// a repeated header).
+async fn stored(context: &jetstream::Context, stream: &str, sequence: u64) -> jetstream::Message {
+    use futures_util::StreamExt;
+    use jetstream::consumer::{DeliverPolicy, pull};
+    let consumer = context
+        .get_stream(stream)
+        .await
+        .unwrap()
+        .create_consumer(pull::Config {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: sequence,
+            },
+            ..pull::Config::default()
+        })
+        .await
+        .unwrap();
+    consumer
+        .fetch()
+        .max_messages(1)
+        .messages()
+        .await
+        .unwrap()
+        .next()
+        .await
+        .expect("a stored copy")
+        .unwrap()
 }
 
 async fn stream_messages(context: &jetstream::Context, name: &str) -> u64 {
@@ -212,32 +244,37 @@ async fn stranded_units_are_swept_into_the_dead_letter(name: &str, retention: Re
         "every advisory taken"
     );
 
-    let records = dead_letters.list().await.unwrap();
+    let records = dead_letters::all(&dead_letters).await;
     assert_eq!(records.len(), 2, "one copy of each unit: {records:?}");
     let swept = records
         .iter()
-        .find(|r| r.id.as_str() == "stranded-1")
+        .find(|r| r.id().as_str() == "stranded-1")
         .unwrap();
-    assert_eq!(swept.payload.as_ref(), body, "the payload intact");
+    assert_eq!(swept.unit.payload().as_ref(), body, "the payload intact");
     assert_eq!(swept.reason, Some(ReasonKind::Exhausted));
-    assert_eq!(swept.delivery_count, Some(2));
-    assert_eq!(swept.source.as_deref(), Some(topology.stream.as_str()));
-    assert_eq!(swept.source_sequence, Some(stranded));
-    assert_eq!(swept.subject, Some(format!("{}.orders", topology.stream)));
-    assert_eq!(swept.headers.get_str("tenant"), Some("acme"));
+    assert_eq!(swept.delivery_count().get(), 2);
+    assert_eq!(swept.source, topology.stream);
+    assert_eq!(swept.unit.stamp(), Some(Stamp(stranded)));
+    assert_eq!(swept.unit.headers().get_str("tenant"), Some("acme"));
+    assert!(swept.detail.contains("never settled"), "{:?}", swept.detail);
+    let copy = stored(
+        &context,
+        &topology.dead_letter_stream_name(),
+        swept.position.parse().unwrap(),
+    )
+    .await;
+    let headers = copy.headers.as_ref().unwrap();
     assert_eq!(
-        swept
-            .nats_headers
+        headers
             .get_all("trace")
             .map(|v| v.as_str().to_owned())
             .collect::<Vec<_>>(),
         ["a", "b"],
         "every header value kept"
     );
-    assert!(
-        swept.detail.as_deref().unwrap().contains("never settled"),
-        "{:?}",
-        swept.detail
+    assert_eq!(
+        headers.get(HEADER_DEAD_LETTER_SUBJECT).map(|v| v.as_str()),
+        Some(format!("{}.orders", topology.stream).as_str())
     );
 
     let in_stream = context.get_stream(&topology.stream).await.unwrap();
@@ -254,7 +291,10 @@ async fn stranded_units_are_swept_into_the_dead_letter(name: &str, retention: Re
 
     let again = dead_letters.sweep().await.unwrap();
     assert!(again.is_empty(), "a second sweep finds nothing: {again:?}");
-    assert_eq!(dead_letters.count().await.unwrap(), 2);
+    assert_eq!(
+        delivery::DeadLetters::count(&dead_letters).await.unwrap(),
+        2
+    );
     drop_streams(&context, &topology).await;
 }
 
@@ -286,14 +326,17 @@ async fn the_source_sweeps_by_itself() {
     strand(
         &mut source,
         async |_: &UnitId, _: u64| {},
-        async || dead_letters.count().await.unwrap() == 1,
+        async || delivery::DeadLetters::count(&dead_letters).await.unwrap() == 1,
     )
     .await;
-    let records = dead_letters.list().await.unwrap();
-    assert_eq!(records[0].id.as_str(), "stranded-auto");
+    let records = dead_letters::all(&dead_letters).await;
+    assert_eq!(records[0].id().as_str(), "stranded-auto");
     assert_eq!(records[0].reason, Some(ReasonKind::Exhausted));
-    assert_eq!(records[0].source_sequence, Some(sequence));
-    assert_eq!(records[0].payload.as_ref(), b"{\"order_id\":\"o-3\"}");
+    assert_eq!(records[0].unit.stamp(), Some(Stamp(sequence)));
+    assert_eq!(
+        records[0].unit.payload().as_ref(),
+        b"{\"order_id\":\"o-3\"}"
+    );
     drop(source);
     drop_streams(&context, &topology).await;
 }

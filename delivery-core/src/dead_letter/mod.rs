@@ -34,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod cursor;
 pub(crate) mod depth;
 
 use std::fmt;

@@ -1,9 +1,8 @@
-//! The operator's view of a stream's dead letter: count, list and peek without consuming, redrive
-//! back to the source subject under the same unit id, and the sweep that moves units stranded on
-//! their last delivery into it.
+//! The operator's view of a stream's dead letter — the [`DeadLetters`] API over the dead-letter
+//! stream — and the sweep that moves units stranded on their last delivery into it.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use async_nats::HeaderMap;
 use async_nats::header::NATS_MESSAGE_ID;
@@ -14,49 +13,10 @@ use futures_util::StreamExt;
 
 use super::codec::{self, last};
 use super::topology::{NatsTopology, SWEEPER};
+use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
-use crate::unit::{Headers, UnitId};
-
-/// One unit in the dead letter, as read without consuming it.
-#[derive(Clone, Debug)]
-pub struct DeadLetterRecord {
-    /// Its sequence in the dead-letter stream.
-    pub dead_letter_sequence: u64,
-    /// The unit's id: its `Nats-Msg-Id`, else `<source stream>:<source sequence>` as the consumer
-    /// saw it.
-    pub id: UnitId,
-    /// The payload, byte for byte as published.
-    pub payload: Bytes,
-    /// The unit's headers (last value of each), including the dead letter's own.
-    pub headers: Headers,
-    /// Every header with every value, as stored.
-    pub nats_headers: HeaderMap,
-    /// Why it was dead-lettered.
-    pub reason: Option<ReasonKind>,
-    /// The reason's detail, as the consumer recorded it.
-    pub detail: Option<String>,
-    /// The stream it came from.
-    pub source: Option<String>,
-    /// The subject it had been published to.
-    pub subject: Option<String>,
-    /// Its sequence in the source stream.
-    pub source_sequence: Option<u64>,
-    /// The delivery (from 1) on which it was dead-lettered.
-    pub delivery_count: Option<u32>,
-}
-
-/// What a redrive did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RedriveReport {
-    /// Units published back to their subject (stored, confirmed) and removed from the dead letter.
-    pub moved: Vec<UnitId>,
-    /// Units JetStream refused as duplicates — their `Nats-Msg-Id` is still inside the source
-    /// stream's duplicate window — left in the dead letter; redrive them once the window passed.
-    pub duplicates: Vec<UnitId>,
-    /// Units looked at and left in the dead letter.
-    pub kept: usize,
-}
+use crate::unit::{DeliveryCount, Stamp, Unit, UnitId};
 
 /// What a sweep did ([`NatsDeadLetters::sweep`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -93,7 +53,34 @@ struct MaxDeliveriesAdvisory {
     deliveries: u64,
 }
 
-/// The dead letter of one stream, for an operator.
+/// The dead letter of one stream, for an operator: its dead-letter stream through
+/// [`DeadLetters`], and [`sweep`](Self::sweep) and [`watch_depth`](Self::watch_depth).
+///
+/// - **Records** are read without consuming anything (`STREAM.MSG.GET`, every value of a repeated
+///   header kept). A record's [`position`](DeadLetter::position) is its sequence in the
+///   dead-letter stream, [`dead_lettered_at`](DeadLetter::dead_lettered_at) the time JetStream
+///   stored it there, [`source`](DeadLetter::source) the stream it came from; its unit has the id
+///   the consumer saw (`Nats-Msg-Id`, else `<stream>:<sequence>`), its stream sequence as its
+///   stamp, and its own headers without the `x-dead-letter-*` ones.
+/// - **[`count`](DeadLetters::count)** is the dead-letter stream's message count.
+/// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit back to the subject it had
+///   been published to (`x-dead-letter-subject`; else the stream's first literal subject), payload
+///   and every header value as stored, the dead letter's own removed, `Nats-Msg-Id` set to the
+///   unit's id (so the consumer sees the same id, and counts its deliveries afresh), and deletes
+///   the dead-letter copy only once JetStream confirmed the publish. JetStream refuses a publish
+///   as a duplicate while the id is inside the source stream's `duplicate_window` (default two
+///   minutes) since it was last stored: where that window is at most two seconds the redrive
+///   waits it out and publishes again; otherwise the unit stays in the dead letter, the redrive
+///   goes on with the others and then returns an error naming what it moved and what it left
+///   (redrive those again once the window passed). A second copy of a unit this very redrive sent
+///   back is deleted as redriven: the source holds the unit. The dead-letter stream refuses an id
+///   the same way within its own window (100 ms as declared), so a copy younger than twice that
+///   is redriven only once it is older: a consumer that dead-letters the unit again at once is
+///   not refused.
+/// - **[`purge`](DeadLetters::purge)** deletes the records by their sequence: gone for good.
+///
+/// Listing, peeking, redriving and purging read the dead letter one stored unit at a time, in
+/// sequence order: an operator's tool, not a hot path.
 #[derive(Clone, Debug)]
 pub struct NatsDeadLetters {
     context: jetstream::Context,
@@ -124,25 +111,9 @@ impl NatsDeadLetters {
         Ok(Self::new(super::connect(url).await?, topology))
     }
 
-    /// The dead-letter stream's name.
-    pub fn name(&self) -> &str {
-        &self.dead_letter_stream
-    }
-
-    async fn dead_letter(&self) -> Result<jetstream::stream::Stream, TransportError> {
-        self.context
-            .get_stream(&self.dead_letter_stream)
-            .await
-            .map_err(|e| TransportError::new("reading the dead-letter stream", e))
-    }
-
-    /// Units waiting in the dead letter. Also sets the `delivery_dead_letter_depth` gauge (label
-    /// `dead_letter`).
-    pub async fn count(&self) -> Result<u64, TransportError> {
-        let stream = self.dead_letter().await?;
-        let depth = stream.cached_info().state.messages;
-        crate::dead_letter::depth::record(&self.dead_letter_stream, depth);
-        Ok(depth)
+    /// The stream this dead letter belongs to.
+    pub fn source(&self) -> &str {
+        &self.stream
     }
 
     /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
@@ -151,104 +122,131 @@ impl NatsDeadLetters {
         let this = self.clone();
         crate::dead_letter::depth::watch(self.dead_letter_stream.clone(), every, move || {
             let this = this.clone();
-            async move { this.count().await }
+            async move { DeadLetters::count(&this).await }
         })
     }
 
-    /// Every unit in the dead letter, oldest first, left in it.
-    pub async fn list(&self) -> Result<Vec<DeadLetterRecord>, TransportError> {
-        self.peek(usize::MAX).await
+    /// The first unit stored in the dead letter at sequence `from` or after.
+    async fn next_from(&self, from: u64) -> Result<Option<Stored>, TransportError> {
+        get(
+            &self.context,
+            &self.dead_letter_stream,
+            serde_json::json!({ "seq": from.max(1), "next_by_subj": ">" }),
+        )
+        .await
     }
 
-    /// Up to `n` units from the head of the dead letter, left in it.
-    pub async fn peek(&self, n: usize) -> Result<Vec<DeadLetterRecord>, TransportError> {
-        let stream = self.dead_letter().await?;
-        let state = &stream.cached_info().state;
-        let (first, last) = (state.first_sequence, state.last_sequence);
-        let mut records = Vec::new();
-        let mut sequence = first.max(1);
-        while records.len() < n && sequence <= last && state.messages > 0 {
-            // `None`: deleted (redriven) in between, a gap in the sequence.
-            if let Some(message) =
-                get_stored(&self.context, &self.dead_letter_stream, sequence).await?
-            {
-                records.push(record(message));
-            }
-            sequence += 1;
+    /// Every unit in the dead letter, oldest first, as stored.
+    async fn all(&self) -> Result<Vec<Stored>, TransportError> {
+        let mut all = Vec::new();
+        let mut from = 1;
+        while let Some(stored) = self.next_from(from).await? {
+            from = stored.sequence + 1;
+            all.push(stored);
         }
-        Ok(records)
+        Ok(all)
     }
 
-    /// Publishes the units `select` picks back to the subject they came from, under the same
-    /// unit id (`Nats-Msg-Id`, set to the unit's id when it was published without one), payload
-    /// and headers without the dead letter's own. Each publish is confirmed by JetStream before
-    /// the dead-letter copy is deleted; one refused as a duplicate stays (see
-    /// [`RedriveReport::duplicates`]); on an error the redrive stops, the unit still in the dead
-    /// letter.
-    pub async fn redrive(
+    /// The record of a unit stored in the dead letter.
+    fn record(&self, stored: &Stored) -> DeadLetter {
+        let h = Some(&stored.headers);
+        let source = last(h, crate::headers::DEAD_LETTER_SOURCE).unwrap_or(&self.stream);
+        let source_sequence =
+            last(h, crate::headers::DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok());
+        let id = match source_sequence {
+            Some(sequence) => codec::unit_id(h, source, sequence),
+            None => codec::unit_id(h, &self.dead_letter_stream, stored.sequence),
+        };
+        let count = last(h, crate::headers::DEAD_LETTER_DELIVERY_COUNT)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let own = codec::without_dead_letter_headers(h);
+        let mut unit = Unit::new(id, stored.payload.clone())
+            .with_headers(codec::unit_headers(Some(&own)))
+            .with_delivery_count(DeliveryCount::new(count));
+        if let Some(sequence) = source_sequence {
+            unit = unit.with_stamp(Stamp(sequence));
+        }
+        let mut record = DeadLetter::new(unit, source, stored.sequence.to_string());
+        record.reason = last(h, crate::headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);
+        record.detail = last(h, crate::headers::DEAD_LETTER_DETAIL)
+            .unwrap_or_default()
+            .to_owned();
+        record.dead_lettered_at = Some(stored.time);
+        record
+    }
+
+    /// Deletes the unit at `sequence` from the dead-letter stream.
+    async fn delete(&self, sequence: u64) -> Result<(), TransportError> {
+        self.context
+            .get_stream_no_info(&self.dead_letter_stream)
+            .await
+            .map_err(|e| TransportError::new("reading the dead-letter stream", e))?
+            .delete_message(sequence)
+            .await
+            .map(drop)
+            .map_err(|e| TransportError::new("deleting from the dead-letter stream", e))
+    }
+
+    /// `stream`'s duplicate window, if it is at most [`SHORT_WINDOW`].
+    async fn short_duplicate_window(
         &self,
-        mut select: impl FnMut(&DeadLetterRecord) -> bool,
-    ) -> Result<RedriveReport, TransportError> {
-        let stream = self.dead_letter().await?;
-        let mut report = RedriveReport::default();
-        for record in self.list().await? {
-            if !select(&record) {
-                report.kept += 1;
-                continue;
-            }
-            let Some(subject) = record.subject.clone().or_else(|| {
+        stream: &str,
+    ) -> Result<Option<Duration>, TransportError> {
+        let window = self
+            .context
+            .get_stream(stream)
+            .await
+            .map_err(|e| TransportError::new("reading a stream's configuration", e))?
+            .cached_info()
+            .config
+            .duplicate_window;
+        Ok((window <= SHORT_WINDOW).then_some(window))
+    }
+
+    /// Publishes `stored` back to the subject it came from under its unit's id `id`, and waits
+    /// for JetStream's confirmation.
+    async fn publish_back(
+        &self,
+        stored: &Stored,
+        id: &UnitId,
+    ) -> Result<Published, TransportError> {
+        let subject = last(Some(&stored.headers), crate::headers::DEAD_LETTER_SUBJECT)
+            .map(str::to_owned)
+            .or_else(|| {
                 // Published by something else than this transport: its first literal subject.
                 self.subjects
                     .iter()
                     .find(|s| !s.contains(['*', '>']))
                     .cloned()
-            }) else {
-                report.kept += 1;
-                continue;
-            };
-            let mut headers = codec::without_dead_letter_headers(Some(&record.nats_headers));
-            if headers.get(NATS_MESSAGE_ID).is_none() {
-                headers.insert(NATS_MESSAGE_ID, record.id.as_str());
-            }
-            let ack = self
-                .context
-                .publish_with_headers(subject.clone(), headers, record.payload.clone())
-                .await
-                .map_err(|e| TransportError::new("redriving", e))?
-                .await
-                .map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{} was not confirmed on `{subject}` and stays in the dead letter: {e}",
-                            record.id
-                        ),
-                    )
-                })?;
-            if ack.duplicate {
-                report.duplicates.push(record.id);
-                continue;
-            }
-            stream
-                .delete_message(record.dead_letter_sequence)
-                .await
-                .map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{} was published to `{subject}` but its dead-letter copy was not deleted ({e}); it is in both",
-                            record.id
-                        ),
-                    )
-                })?;
-            report.moved.push(record.id);
-        }
-        Ok(report)
-    }
-
-    /// The stream this dead letter belongs to.
-    pub fn source(&self) -> &str {
-        &self.stream
+            });
+        let Some(subject) = subject else {
+            return Ok(Published::Refused(format!(
+                "no subject recorded, and `{}` has no literal subject to publish it to",
+                self.stream
+            )));
+        };
+        let mut headers = codec::without_dead_letter_headers(Some(&stored.headers));
+        headers.insert(NATS_MESSAGE_ID, id.as_str());
+        let ack = self
+            .context
+            .publish_with_headers(subject.clone(), headers, stored.payload.clone())
+            .await
+            .map_err(|e| TransportError::new("redriving", e))?
+            .await
+            .map_err(|e| {
+                TransportError::msg(
+                    "redriving",
+                    format!(
+                        "{id} was not confirmed on `{subject}` and stays in the dead letter: {e}"
+                    ),
+                )
+            })?;
+        Ok(if ack.duplicate {
+            Published::Duplicate(ack.sequence)
+        } else {
+            Published::Stored(ack.sequence)
+        })
     }
 
     /// Moves the units stranded on their last delivery into the dead letter, reason `exhausted`.
@@ -363,11 +361,16 @@ impl NatsDeadLetters {
     /// The source sequences of the units of this stream in the dead letter.
     async fn held_sequences(&self) -> Result<HashSet<u64>, TransportError> {
         Ok(self
-            .list()
+            .all()
             .await?
-            .into_iter()
-            .filter(|r| r.source.as_deref() == Some(self.stream.as_str()))
-            .filter_map(|r| r.source_sequence)
+            .iter()
+            .filter(|s| {
+                last(Some(&s.headers), crate::headers::DEAD_LETTER_SOURCE) == Some(&self.stream)
+            })
+            .filter_map(|s| {
+                last(Some(&s.headers), crate::headers::DEAD_LETTER_SEQUENCE)
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
             .collect())
     }
 
@@ -417,44 +420,194 @@ impl NatsDeadLetters {
     }
 }
 
+/// The longest duplicate window a redrive waits out for a unit JetStream refused as a duplicate.
+const SHORT_WINDOW: Duration = Duration::from_secs(2);
+
+/// What became of a unit published back to its subject.
+enum Published {
+    /// Stored in the source stream at this sequence.
+    Stored(u64),
+    /// Refused as a duplicate of the unit stored at this sequence.
+    Duplicate(u64),
+    /// Not published, for this reason.
+    Refused(String),
+}
+
+impl DeadLetters for NatsDeadLetters {
+    fn name(&self) -> &str {
+        &self.dead_letter_stream
+    }
+
+    /// The dead-letter stream's message count.
+    async fn count(&self) -> Result<u64, TransportError> {
+        let stream = self
+            .context
+            .get_stream(&self.dead_letter_stream)
+            .await
+            .map_err(|e| TransportError::new("reading the dead-letter stream", e))?;
+        let depth = stream.cached_info().state.messages;
+        crate::dead_letter::depth::record(&self.dead_letter_stream, depth);
+        Ok(depth)
+    }
+
+    async fn list(&self, limit: usize, after: Option<&Cursor>) -> Result<Listing, TransportError> {
+        let mut from = match after {
+            None => 1,
+            Some(cursor) => crate::dead_letter::cursor::parse::<u64>(cursor)?.saturating_add(1),
+        };
+        let mut records = Vec::new();
+        while let Some(stored) = self.next_from(from).await? {
+            if records.len() == limit {
+                return Ok(Listing::page(records, true));
+            }
+            from = stored.sequence + 1;
+            records.push(self.record(&stored));
+        }
+        Ok(Listing::page(records, false))
+    }
+
+    async fn peek(&self, id: &UnitId) -> Result<Option<DeadLetter>, TransportError> {
+        let mut from = 1;
+        while let Some(stored) = self.next_from(from).await? {
+            from = stored.sequence + 1;
+            let record = self.record(&stored);
+            if record.id() == id {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
+        let mut redriven = Vec::new();
+        // Source sequences this redrive stored, by unit id: a later copy of one of them refused
+        // as a duplicate is already back in the source.
+        let mut sent: Vec<(UnitId, u64)> = Vec::new();
+        let mut left: Vec<String> = Vec::new();
+        // Both duplicate windows, where short enough to wait out.
+        let source_window = self.short_duplicate_window(&self.stream).await?;
+        let dead_letter_window = self
+            .short_duplicate_window(&self.dead_letter_stream)
+            .await?;
+        for stored in self.all().await? {
+            let record = self.record(&stored);
+            let id = record.id();
+            if !selection.contains(id) {
+                continue;
+            }
+            if let Some(window) = dead_letter_window {
+                // The dead letter refuses the same id within its window (JetStream forgets an id
+                // up to one more window late): redriven from a copy younger than that, the unit
+                // refused again at once could not come back to the dead letter.
+                let age = SystemTime::now()
+                    .duration_since(stored.time)
+                    .unwrap_or_default();
+                if let Some(wait) = (window * 2 + Duration::from_millis(50)).checked_sub(age) {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            let mut published = self.publish_back(&stored, id).await?;
+            for _ in 0..3 {
+                match (&published, source_window) {
+                    (Published::Duplicate(at), Some(window))
+                        if !sent.contains(&(id.clone(), *at)) =>
+                    {
+                        tokio::time::sleep(window).await;
+                        published = self.publish_back(&stored, id).await?;
+                    }
+                    _ => break,
+                }
+            }
+            match published {
+                Published::Stored(at) => sent.push((id.clone(), at)),
+                Published::Duplicate(at) if sent.contains(&(id.clone(), at)) => {}
+                Published::Duplicate(_) => {
+                    left.push(format!(
+                        "{id} (refused as a duplicate: its id is still inside `{}`'s duplicate window)",
+                        self.stream
+                    ));
+                    continue;
+                }
+                Published::Refused(why) => {
+                    left.push(format!("{id} ({why})"));
+                    continue;
+                }
+            }
+            self.delete(stored.sequence).await.map_err(|e| {
+                TransportError::msg(
+                    "redriving",
+                    format!("{id} is back in `{}` but its dead-letter copy was not deleted ({e}); it is in both", self.stream),
+                )
+            })?;
+            redriven.push(id.clone());
+        }
+        if !left.is_empty() {
+            return Err(TransportError::msg(
+                "redriving",
+                format!(
+                    "redriven: [{}]; left in the dead letter: {} — redrive them again later",
+                    redriven
+                        .iter()
+                        .map(UnitId::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    left.join(", ")
+                ),
+            ));
+        }
+        Ok(RedriveReport::of(selection, redriven))
+    }
+
+    /// Deletes every record of each of `ids` from the dead-letter stream, by sequence.
+    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
+        let mut removed = 0;
+        for stored in self.all().await? {
+            if ids.contains(self.record(&stored).id()) {
+                self.delete(stored.sequence).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
 /// A unit as stored in a stream, every header with every value.
 struct Stored {
     subject: String,
     sequence: u64,
     headers: HeaderMap,
     payload: Bytes,
+    /// When JetStream stored it.
+    time: SystemTime,
 }
 
 #[derive(serde::Deserialize)]
 struct GetResponse {
-    message: GetMessage,
+    message: jetstream::stream::RawMessage,
 }
 
-#[derive(serde::Deserialize)]
-struct GetMessage {
-    subject: String,
-    seq: u64,
-    #[serde(default)]
-    data: String,
-    #[serde(default)]
-    hdrs: Option<String>,
-}
-
-/// Reads the unit at `sequence` of `stream` (`None`: no unit there). The client's own
-/// `get_raw_message` keeps only the last value of a repeated header; this keeps them all.
+/// Reads the unit at `sequence` of `stream` (`None`: no unit there).
 async fn get_stored(
     context: &jetstream::Context,
     stream: &str,
     sequence: u64,
 ) -> Result<Option<Stored>, TransportError> {
+    get(context, stream, serde_json::json!({ "seq": sequence })).await
+}
+
+/// Reads the unit `request` (a `STREAM.MSG.GET` request) names in `stream` (`None`: no such unit).
+/// The client's own `get_raw_message` keeps only the last value of a repeated header; this keeps
+/// them all.
+async fn get(
+    context: &jetstream::Context,
+    stream: &str,
+    request: serde_json::Value,
+) -> Result<Option<Stored>, TransportError> {
     use base64::Engine as _;
     use jetstream::response::Response;
 
     let response: Response<GetResponse> = context
-        .request(
-            format!("STREAM.MSG.GET.{stream}"),
-            &serde_json::json!({ "seq": sequence }),
-        )
+        .request(format!("STREAM.MSG.GET.{stream}"), &request)
         .await
         .map_err(|e| TransportError::new("reading a stored unit", e))?;
     let message = match response {
@@ -468,9 +621,9 @@ async fn get_stored(
     };
     let engine = base64::engine::general_purpose::STANDARD;
     let payload = engine
-        .decode(&message.data)
+        .decode(&message.payload)
         .map_err(|e| TransportError::new("decoding a stored unit's payload", e))?;
-    let headers = match message.hdrs.as_deref() {
+    let headers = match message.headers.as_deref() {
         None | Some("") => HeaderMap::new(),
         Some(encoded) => {
             let block = engine
@@ -479,16 +632,20 @@ async fn get_stored(
             codec::parse_block(&block).ok_or_else(|| {
                 TransportError::msg(
                     "decoding a stored unit's headers",
-                    format!("unreadable header block at sequence {sequence} of `{stream}`"),
+                    format!(
+                        "unreadable header block at sequence {} of `{stream}`",
+                        message.sequence
+                    ),
                 )
             })?
         }
     };
     Ok(Some(Stored {
         subject: message.subject,
-        sequence: message.seq,
+        sequence: message.sequence,
         headers,
         payload: Bytes::from(payload),
+        time: SystemTime::from(message.time),
     }))
 }
 
@@ -498,29 +655,4 @@ async fn acknowledge(advisory: &jetstream::Message, kind: AckKind) -> Result<(),
         .double_ack_with(kind)
         .await
         .map_err(|e| TransportError::msg("acknowledging an advisory", e.to_string()))
-}
-
-fn record(message: Stored) -> DeadLetterRecord {
-    let h = Some(&message.headers);
-    let source = last(h, crate::headers::DEAD_LETTER_SOURCE).map(str::to_owned);
-    let source_sequence =
-        last(h, crate::headers::DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok());
-    let id = match (&source, source_sequence) {
-        (Some(stream), Some(sequence)) => codec::unit_id(h, stream, sequence),
-        _ => codec::unit_id(h, "dead-letter", message.sequence),
-    };
-    DeadLetterRecord {
-        dead_letter_sequence: message.sequence,
-        id,
-        payload: message.payload,
-        headers: codec::unit_headers(h),
-        reason: last(h, crate::headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse),
-        detail: last(h, crate::headers::DEAD_LETTER_DETAIL).map(str::to_owned),
-        source,
-        subject: last(h, crate::headers::DEAD_LETTER_SUBJECT).map(str::to_owned),
-        source_sequence,
-        delivery_count: last(h, crate::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .and_then(|s| s.parse().ok()),
-        nats_headers: message.headers,
-    }
 }

@@ -21,8 +21,9 @@
 //! - **Identity**: a unit's [`UnitId`](crate::UnitId) is its producer's `Nats-Msg-Id` (the id
 //!   JetStream deduplicates on), else `<stream>:<stream sequence>`; its
 //!   [`Stamp`](crate::Stamp) is the stream sequence.
-//! - **Operator side**: [`NatsDeadLetters`] counts (the `delivery_dead_letter_depth` gauge), lists,
-//!   peeks and redrives the dead letter.
+//! - **Operator side**: [`NatsDeadLetters`] is the dead letter's
+//!   [`DeadLetters`](crate::DeadLetters): count (the `delivery_dead_letter_depth` gauge), list,
+//!   peek, redrive under the same id, purge.
 //!
 //! ```no_run
 //! use delivery::{consumer, Consumer, HandlerError, Json};
@@ -65,7 +66,7 @@ mod settle;
 mod source;
 mod topology;
 
-pub use dead_letter::{DeadLetterRecord, NatsDeadLetters, RedriveReport, SweepReport};
+pub use dead_letter::{NatsDeadLetters, SweepReport};
 pub use settle::NatsHandle;
 pub use source::NatsSource;
 pub use topology::{NatsTopology, Retention, TopologyError};
