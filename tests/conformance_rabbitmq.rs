@@ -12,7 +12,7 @@ use delivery::lapin::{BasicProperties, Connection};
 use delivery::rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::testing::conformance::{self, Fixture};
 
 fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
@@ -97,6 +97,7 @@ impl Rabbit {
 
 impl Fixture for Rabbit {
     type Source = RabbitSource;
+    type DeadLetters = RabbitDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries_of(max_deliveries);
@@ -139,20 +140,17 @@ impl Fixture for Rabbit {
             .unwrap()
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
-        RabbitDeadLetters::new(self.url.as_str(), &self.topology(name))
-            .peek(usize::MAX)
-            .await
+    async fn dead_letter(&self, name: &str) -> RabbitDeadLetters {
+        let topology = self.topology(name);
+        let declared = self
+            .declared
+            .lock()
             .unwrap()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.id.to_string(),
-                delivery_count: d.delivery_count.unwrap_or(0),
-                reason: d.reason.expect("a reason recorded with every dead letter"),
-                payload: d.body,
-                headers: d.headers,
-            })
-            .collect()
+            .iter()
+            .find(|t| t.queue == topology.queue)
+            .cloned();
+        // The declared topology, with its limit (where the broker dead-letters past it).
+        RabbitDeadLetters::new(self.url.as_str(), &declared.unwrap_or(topology))
     }
 }
 

@@ -3,6 +3,8 @@
 //! Fails, never skips, when a server is unreachable. Each test writes into a schema of its own.
 #![cfg(feature = "lapin")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
 #[path = "support/rabbitmq_orders.rs"]
 mod orders;
 #[path = "support/process.rs"]
@@ -13,7 +15,7 @@ mod rabbitmq;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use delivery::ReasonKind;
+use delivery::{DeadLetters, ReasonKind};
 use orders::{Env, by_id};
 use process::{order, terminate, wait_for};
 
@@ -43,19 +45,28 @@ async fn the_example_applies_orders_once_and_dead_letters_poison() {
         env.balances().await,
         BTreeMap::from([("c-1".into(), 150), ("c-2".into(), 7)])
     );
-    let dead = env.dead_letters().peek(100).await.unwrap();
+    let dead = env.all_dead().await;
     let dead = by_id(&dead);
     assert_eq!(dead["bad-json"].reason, Some(ReasonKind::Malformed));
-    assert_eq!(dead["bad-json"].body.as_ref(), b"{not json", "intact");
     assert_eq!(
-        dead["bad-json"].delivery_count,
-        Some(1),
+        dead["bad-json"].unit.payload().as_ref(),
+        b"{not json",
+        "intact"
+    );
+    assert_eq!(
+        dead["bad-json"].delivery_count().get(),
+        1,
         "dead-lettered directly"
     );
-    assert_eq!(dead["bad-json"].source.as_deref(), Some(env.queue.as_str()));
+    assert_eq!(dead["bad-json"].source, env.queue);
     assert_eq!(dead["missing-field"].reason, Some(ReasonKind::Malformed));
     assert_eq!(dead["negative"].reason, Some(ReasonKind::Rejected));
-    assert_eq!(dead["negative"].delivery_count, Some(1));
+    assert_eq!(dead["negative"].delivery_count().get(), 1);
+    assert!(
+        dead["negative"].detail.contains("negative"),
+        "{}",
+        dead["negative"].detail
+    );
     assert_eq!(
         env.dead_letters().count().await.unwrap(),
         3,
@@ -136,13 +147,13 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         env.scalar("SELECT count(*) FROM $schema.orders").await,
         valid_units
     );
-    let dead = env.dead_letters().peek(usize::MAX).await.unwrap();
+    let dead = env.all_dead().await;
     let found: BTreeSet<(String, String)> = dead
         .iter()
         .map(|d| {
             (
-                d.id.to_string(),
-                String::from_utf8(d.body.to_vec()).unwrap(),
+                d.id().to_string(),
+                String::from_utf8(d.unit.payload().to_vec()).unwrap(),
             )
         })
         .collect();

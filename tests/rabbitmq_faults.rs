@@ -10,6 +10,8 @@
 //! no other test sees the broker go down.
 #![cfg(feature = "lapin")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
 #[path = "support/rabbitmq_orders.rs"]
 mod orders;
 #[path = "support/process.rs"]
@@ -22,6 +24,7 @@ use std::fs::File;
 use std::process::Command;
 use std::time::Duration;
 
+use delivery::DeadLetters;
 use orders::Env;
 use process::{order, terminate, wait_for};
 

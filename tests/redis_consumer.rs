@@ -3,6 +3,8 @@
 //! unreachable. Each test uses streams and hashes of its own (`redis-<name>-<pid>`).
 #![cfg(feature = "redis")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
 #[path = "support/process.rs"]
 mod process;
 
@@ -116,19 +118,9 @@ impl Env {
         RedisDeadLetters::new(&redis_url(), &self.topology).unwrap()
     }
 
-    /// Every record in the dead letter, a page at a time.
+    /// Every record in the dead letter.
     async fn all_dead(&self) -> Vec<DeadLetter> {
-        let dead = self.dead_letters();
-        let mut all = Vec::new();
-        let mut after = None;
-        loop {
-            let page = dead.list(500, after.as_ref()).await.unwrap();
-            all.extend(page.records);
-            match page.next {
-                Some(next) => after = Some(next),
-                None => return all,
-            }
-        }
+        dead_letters::all(&self.dead_letters()).await
     }
 
     /// The fields of the dead-letter entry `entry_id`, in order, exactly as stored.

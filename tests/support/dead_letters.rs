@@ -1,17 +1,24 @@
-//! Reading a whole dead letter through `DeadLetters`, a page at a time, as the tests check it.
+//! Reading a whole dead letter through [`DeadLetters`], whatever the transport.
 #![allow(dead_code)] // each test binary uses part of it
 
 use delivery::dead_letter::{DeadLetter, DeadLetters};
 
-/// Every record in `dead_letters`, oldest first, read ten at a time through the cursor.
-pub async fn all<D: DeadLetters>(dead_letters: &D) -> Vec<DeadLetter> {
+/// Every record in `dead`, oldest first.
+pub async fn all(dead: &impl DeadLetters) -> Vec<DeadLetter> {
+    in_pages(dead, 500).await
+}
+
+/// Every record in `dead`, oldest first, listed `size` at a time (each page checked to hold at
+/// most that).
+pub async fn in_pages(dead: &impl DeadLetters, size: usize) -> Vec<DeadLetter> {
     let mut all = Vec::new();
     let mut after = None;
     loop {
-        let page = dead_letters
-            .list(10, after.as_ref())
+        let page = dead
+            .list(size, after.as_ref())
             .await
-            .unwrap_or_else(|e| panic!("listing {}: {e}", dead_letters.name()));
+            .unwrap_or_else(|e| panic!("listing {}: {e}", dead.name()));
+        assert!(page.records.len() <= size, "a page holds at most its limit");
         all.extend(page.records);
         match page.next {
             Some(next) => after = Some(next),

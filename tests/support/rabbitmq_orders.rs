@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use delivery::dead_letter::DeadLetter;
 use delivery::lapin::BasicProperties;
-use delivery::rabbitmq::{ConfirmedPublisher, DeadLetterRecord, RabbitDeadLetters, RabbitTopology};
+use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
 // Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
 
+use crate::dead_letters;
 use crate::process::{amqp_url, database_url, example_binary};
 use crate::rabbitmq;
 
@@ -124,6 +126,11 @@ impl Env {
         RabbitDeadLetters::new(amqp_url(), &self.topology)
     }
 
+    /// Every record in the dead letter.
+    pub async fn all_dead(&self) -> Vec<DeadLetter> {
+        dead_letters::all(&self.dead_letters()).await
+    }
+
     pub async fn queue_depth(&self) -> u64 {
         self.queue_counts().await.0
     }
@@ -156,6 +163,6 @@ impl Env {
     }
 }
 
-pub fn by_id(dead: &[DeadLetterRecord]) -> BTreeMap<String, &DeadLetterRecord> {
-    dead.iter().map(|d| (d.id.to_string(), d)).collect()
+pub fn by_id(dead: &[DeadLetter]) -> BTreeMap<String, &DeadLetter> {
+    dead.iter().map(|d| (d.id().to_string(), d)).collect()
 }

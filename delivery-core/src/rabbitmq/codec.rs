@@ -74,15 +74,23 @@ fn signed(value: &AMQPValue) -> Option<i64> {
 
 /// The unit's headers.
 pub(crate) fn unit_headers(headers: Option<&FieldTable>) -> Headers {
+    headers_where(headers, |_| true)
+}
+
+/// The unit's own headers: without the transport's and the broker's
+/// ([`is_transport_header`]).
+pub(crate) fn own_headers(headers: Option<&FieldTable>) -> Headers {
+    headers_where(headers, |name| !is_transport_header(name))
+}
+
+fn headers_where(headers: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> Headers {
     match headers {
         None => Headers::default(),
         Some(table) if table.inner().is_empty() => Headers::default(),
-        Some(table) => Headers::from_pairs(
-            table
-                .inner()
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str().to_owned(), header_bytes(v)?))),
-        ),
+        Some(table) => Headers::from_pairs(table.inner().iter().filter_map(|(k, v)| {
+            let name = k.as_str();
+            keep(name).then(|| Some((name.to_owned(), header_bytes(v)?)))?
+        })),
     }
 }
 

@@ -16,7 +16,8 @@
 //!   confirmed it, acked; otherwise returned.
 //! - **Recovery**: a lost connection or channel is reopened by [`RabbitSource::receive`] with a
 //!   backoff; units in flight at the loss come back from the broker.
-//! - **Operator side**: [`RabbitDeadLetters`] counts, peeks and redrives the dead letter.
+//! - **Operator side**: [`RabbitDeadLetters`] is the dead letter's [`DeadLetters`](crate::DeadLetters):
+//!   count, list, peek, redrive and purge.
 //!
 //! ```no_run
 //! use delivery::{consumer, Consumer, HandlerError, Json};
@@ -48,7 +49,7 @@ pub(crate) mod sink;
 mod source;
 mod topology;
 
-pub use dead_letter::{DeadLetterRecord, RabbitDeadLetters, RedriveReport, XDeath};
+pub use dead_letter::RabbitDeadLetters;
 pub use publisher::ConfirmedPublisher;
 pub use settle::RabbitHandle;
 pub use sink::RabbitSink;
