@@ -14,15 +14,13 @@ mod relay_loop;
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::time::Duration;
 
 use super::record::Relay;
 use super::store::Store;
+use crate::consumer::Shutdown;
 use crate::disposition::Backoff;
 use relay_loop::RelayLoop;
-
-type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs a relay function over an outbox [`Store`]. Settings have defaults; see each method.
 ///

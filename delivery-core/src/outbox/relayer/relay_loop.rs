@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use super::super::record::{Record, Relay};
 use super::super::store::{Claim, Mark, Store, Wakeups};
 use super::attempt::{Attempts, Finished, start};
-use super::{RelayReport, Relayer, Shutdown};
+use super::{RelayReport, Relayer};
+use crate::consumer::Shutdown;
 use crate::disposition::{Backoff, ReasonKind, RedeliveryPolicy};
 use crate::pace::Retry;
 
