@@ -45,7 +45,7 @@ use crate::disposition::{Backoff, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::transport::Source;
 
-type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs a handler over a [`Source`]. Settings have defaults; see each method.
 #[must_use = "a consumer does nothing until `.run(handler)` is awaited"]

@@ -1,0 +1,104 @@
+//! One attempt: the relay function's future, guarded against panics and bounded by the attempt
+//! timeout, decided into a mark — delivered only for a [`Receipt`](crate::outbox::Receipt) naming
+//! the record (rule 6).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use super::super::record::{Attempt, Record, Relay};
+use super::super::store::Mark;
+use super::relay_loop::BoxFuture;
+use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
+use crate::unit::{DeliveryCount, UnitId};
+
+/// One attempt's end, waiting to be written back.
+pub(super) struct Finished {
+    pub(super) mark: Mark,
+    /// Which attempt this was (1 for the first).
+    pub(super) attempt: u32,
+}
+
+/// Settings every attempt reads.
+pub(super) struct Attempts {
+    pub(super) policy: RedeliveryPolicy,
+    pub(super) timeout: Duration,
+    pub(super) abandon: CancellationToken,
+}
+
+/// Starts one attempt: the relay function's future (a panic while resolving its parameters is a
+/// failure too), bounded by the attempt timeout, decided into a mark.
+pub(super) fn start<S, R: Relay<S>>(
+    relay: &R,
+    record: Record,
+    state: &S,
+    attempts: &Arc<Attempts>,
+) -> BoxFuture<Finished> {
+    let call = std::panic::catch_unwind(AssertUnwindSafe(|| relay.call(&record, state)));
+    let attempts = attempts.clone();
+    Box::pin(async move {
+        let attempt = record.attempts().saturating_add(1);
+        let result = match call {
+            Err(panic) => Err(Outcome::panicked(&*panic)),
+            Ok(call) => {
+                let call =
+                    tokio::time::timeout(attempts.timeout, AssertUnwindSafe(call).catch_unwind());
+                tokio::select! {
+                    biased;
+                    result = call => match result {
+                        Ok(Ok(attempt)) => Ok(attempt),
+                        Ok(Err(panic)) => Err(Outcome::panicked(&*panic)),
+                        Err(_) => Err(Outcome::Failed(format!(
+                            "no answer within the attempt timeout ({} ms)",
+                            attempts.timeout.as_millis()
+                        ))),
+                    },
+                    () = attempts.abandon.cancelled() => {
+                        return Finished { mark: Mark::Release(record.id().clone()), attempt };
+                    }
+                }
+            }
+        };
+        let outcome = match result {
+            Ok(Attempt::Delivered(receipt)) if receipt.record() == record.id() => {
+                return Finished {
+                    mark: Mark::Delivered(record.id().clone()),
+                    attempt,
+                };
+            }
+            Ok(Attempt::Delivered(receipt)) => Outcome::Failed(format!(
+                "the receipt names record {}, not {}",
+                receipt.record(),
+                record.id()
+            )),
+            // As a consumer's handler error: a reject, or a retry (after its wait, if it asked).
+            Ok(Attempt::Failed(error)) => crate::handler::outcome_of(error),
+            Ok(Attempt::Malformed(malformed)) => Outcome::Malformed(malformed.to_string()),
+            Err(outcome) => outcome,
+        };
+        let id = record.id().clone();
+        let mark = match decide(
+            &outcome,
+            DeliveryCount::new(attempt),
+            &attempts.policy,
+            &UnitId::new(id.as_str()),
+        ) {
+            Disposition::Return { after } => Mark::Retry {
+                id,
+                error: outcome.error().to_owned(),
+                after,
+            },
+            Disposition::DeadLetter(reason) => Mark::Dead { id, reason },
+            // `decide` acknowledges only an applied outcome, which is handled above.
+            Disposition::Ack => Mark::Retry {
+                id,
+                error: "unexpected acknowledgement".into(),
+                after: Duration::ZERO,
+            },
+        };
+        Finished { mark, attempt }
+    })
+}
