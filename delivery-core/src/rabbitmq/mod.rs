@@ -14,7 +14,7 @@
 //!   `x-dead-letter-reason`, `x-dead-letter-detail`, `x-dead-letter-source` and
 //!   `x-dead-letter-delivery-count` headers) on a confirm channel, and only once the broker
 //!   confirmed it, acked; otherwise returned.
-//! - **Recovery**: a lost connection or channel is reopened by [`RabbitSource::receive`] with a
+//! - **Recovery**: a lost connection or channel is reopened by [`RabbitSource`]'s `receive` with a
 //!   backoff; units in flight at the loss come back from the broker.
 //! - **Operator side**: [`RabbitDeadLetters`] is the dead letter's [`DeadLetters`](crate::DeadLetters):
 //!   count, list, peek, redrive and purge.
