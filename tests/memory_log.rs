@@ -8,8 +8,7 @@ use std::time::Duration;
 use delivery::memory::{LogConfig, LogPosition, MemoryBroker, MemoryDeadLetters, MemoryLogSource};
 use delivery::testing::conformance::{self, Fixture};
 use delivery::{
-    Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, Report, State, Unit, UnitId,
-    consumer,
+    Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, State, Unit, UnitId, consumer,
 };
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -194,13 +193,13 @@ async fn a_failed_unit_holds_the_committed_offset(refuse: bool) {
     let dead = broker.dead_letters("payments").list();
     if refuse {
         assert_eq!(
-            report,
-            Report {
-                acked: 9,
-                returned: 0,
-                dead_lettered: 1,
-                settle_failed: 0
-            }
+            (
+                report.acked,
+                report.returned,
+                report.dead_lettered,
+                report.settle_failed
+            ),
+            (9, 0, 1, 0)
         );
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].unit.id().as_str(), "u-3");
@@ -209,13 +208,13 @@ async fn a_failed_unit_holds_the_committed_offset(refuse: bool) {
         assert_eq!(dead[0].source, "payments");
     } else {
         assert_eq!(
-            report,
-            Report {
-                acked: 10,
-                returned: 1,
-                dead_lettered: 0,
-                settle_failed: 0
-            }
+            (
+                report.acked,
+                report.returned,
+                report.dead_lettered,
+                report.settle_failed
+            ),
+            (10, 1, 0, 0)
         );
         assert!(dead.is_empty());
         assert_eq!(app.rows()["k3"], 3);

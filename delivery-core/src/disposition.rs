@@ -62,6 +62,7 @@ impl Outcome {
 
 /// What the runtime does with a unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Disposition {
     /// Acknowledge: the effect is committed.
     Ack,
@@ -83,6 +84,7 @@ pub struct DeadLetterReason {
 
 /// The kind of a [`DeadLetterReason`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum ReasonKind {
     /// The payload could not be decoded (invalid JSON, wrong shape, invalid UTF-8, empty).
     Malformed,

@@ -50,6 +50,7 @@ pub struct HandlerError {
 
 /// Whether a failure may pass on redelivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FailureKind {
     /// Transient: return the unit for redelivery after a backoff.
     Retry,

@@ -51,6 +51,7 @@ use std::fmt;
 /// # Ok::<(), OffsetError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OffsetError {
     /// [`track`](Watermark::track) was given an offset at or below the last one tracked: a
     /// partition delivers its units in increasing offset order, so this is a new assignment that

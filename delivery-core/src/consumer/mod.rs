@@ -61,6 +61,7 @@ pub struct Consumer<Src, S = ()> {
 
 /// What a run of a consumer did, counted when it stops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Report {
     /// Units acknowledged after their effect.
     pub acked: u64,

@@ -33,6 +33,7 @@ use crate::transport::TransportError;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct KafkaTopology {
     /// The topic consumed.
     pub topic: String,

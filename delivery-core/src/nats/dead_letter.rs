@@ -20,6 +20,7 @@ use crate::unit::{DeliveryCount, Stamp, Unit, UnitId};
 
 /// What a sweep did ([`NatsDeadLetters::sweep`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SweepReport {
     /// Units stranded on their last delivery, now in the dead letter (reason `exhausted`).
     pub moved: Vec<UnitId>,

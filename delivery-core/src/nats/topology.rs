@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct NatsTopology {
     /// The stream consumed.
     pub stream: String,
@@ -101,6 +102,7 @@ pub struct NatsTopology {
 /// A stream's retention policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Retention {
     /// Units stay until the stream's limits remove them (JetStream's default).
     #[default]
@@ -375,6 +377,7 @@ impl NatsTopology {
 
 /// The topology could not be declared: which step, for which name, and JetStream's answer.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct TopologyError {
     doing: &'static str,
     name: String,

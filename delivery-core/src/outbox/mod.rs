@@ -40,7 +40,7 @@ pub use relayer::{RelayReport, Relayer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use store::{Claim, Mark, Status, Store, StoredRecord, Wakeups};
+pub use store::{Status, Store, StoredRecord};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
 

@@ -210,6 +210,8 @@ fn stored(row: &sqlx::postgres::PgRow) -> Result<StoredRecord, sqlx::Error> {
     })
 }
 
+impl super::store::sealed::Sealed for PgStore {}
+
 impl Store for PgStore {
     #[allow(clippy::misnamed_getters)] // the qualified name: what logs and metrics show
     fn name(&self) -> &str {

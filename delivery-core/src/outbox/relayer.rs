@@ -78,6 +78,7 @@ pub struct Relayer<St, S = ()> {
 
 /// What a run of a relayer did, counted when it stops (marks written to the store).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RelayReport {
     /// Records marked delivered after the receiver's receipt.
     pub delivered: u64,

@@ -197,6 +197,8 @@ fn stored(row: &sqlx::sqlite::SqliteRow) -> Result<StoredRecord, sqlx::Error> {
     })
 }
 
+impl super::store::sealed::Sealed for SqliteStore {}
+
 impl Store for SqliteStore {
     #[allow(clippy::misnamed_getters)] // the qualified name: what logs and metrics show
     fn name(&self) -> &str {

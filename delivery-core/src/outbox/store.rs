@@ -77,13 +77,17 @@ impl Mark {
 }
 
 /// Notifications that records were committed: hints to claim now rather than at the next poll.
-pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
+pub(crate) type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
-/// An outbox table a [`Relayer`](super::Relayer) relays from.
-pub trait Store: Clone + Send + Sync + 'static {
+/// An outbox table a [`Relayer`](super::Relayer) relays from: [`PgStore`](super::PgStore) or
+/// [`SqliteStore`](super::SqliteStore). Sealed: what the relayer asks of a store (claims under a
+/// lease, marks written back after a receipt) is this crate's, so that no store can mark a record
+/// delivered any other way (rule 6).
+pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
     /// The table's name, for logs and metrics.
     fn name(&self) -> &str;
 
+    #[doc(hidden)]
     /// Claims pending records that are available (backoff passed) and not leased (or whose lease
     /// expired), oldest first, leasing them to `claim.owner`.
     fn claim(
@@ -91,6 +95,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         claim: Claim<'_>,
     ) -> impl Future<Output = Result<Vec<Record>, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Writes back `marks` in one statement. A failure mark applies only while `owner` still holds
     /// the lease; a delivered mark applies to any pending record (the receiver confirmed it).
     /// Returns how many records changed.
@@ -100,13 +105,20 @@ pub trait Store: Clone + Send + Sync + 'static {
         marks: &[Mark],
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
+    #[doc(hidden)]
     /// Wake-ups after commits, where the database sends them (PostgreSQL `LISTEN`); `None` where
     /// polling is the only way.
     fn wakeups(&self) -> impl Future<Output = Option<Wakeups>> + Send;
 }
 
+pub(crate) mod sealed {
+    /// Only this crate's stores are [`Store`](super::Store)s.
+    pub trait Sealed {}
+}
+
 /// Where a record stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Status {
     /// Waiting to be relayed (or being relayed, or backing off).
     Pending,

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RabbitTopology {
     /// The quorum queue consumed.
     pub queue: String,
@@ -58,6 +59,7 @@ pub struct RabbitTopology {
 /// Which kind of RabbitMQ queue carries the units, which decides who keeps the delivery count.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum QueueType {
     /// A quorum queue: the broker counts deliveries (`x-delivery-count`) and dead-letters past
     /// `x-delivery-limit`.
@@ -237,6 +239,7 @@ fn text(s: &str) -> AMQPValue {
 /// exists with other arguments (`PRECONDITION_FAILED`), [`TopologyError::argument`] names the
 /// argument that differs.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct TopologyError {
     doing: &'static str,
     name: String,

@@ -26,6 +26,7 @@ use crate::transport::TransportError;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RedisTopology {
     /// The stream consumed.
     pub stream: String,

@@ -51,6 +51,7 @@ struct Inner {
 
 /// How a [`MemorySink`] is told to fail a send.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SinkFailure {
     /// A transient failure ([`HandlerError::retry`]): the relay attempts the record again.
     Transient,
