@@ -7,12 +7,16 @@
 use std::future::Future;
 use std::time::Duration;
 
-use delivery::Backoff;
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
+
+use delivery::dead_letter::{DeadLetters, Selection};
 use delivery::outbox::sink::{MemorySink, SinkFailure};
 use delivery::outbox::{
     Attempt, FromRecord, IntoAttempt, NewRecord, Outbox, OutboxRecord, PgStore, Record, RecordId,
     Relay, Relayer, SqliteStore, Status, Store, StoredRecord,
 };
+use delivery::{Backoff, ReasonKind, UnitId};
 use sqlx::AssertSqlSafe;
 
 fn database_url() -> String {
@@ -81,11 +85,9 @@ impl Relay<MemorySink> for PanicsFirst {
 }
 
 /// What the tests need of either store.
-trait Db: Store {
+trait Db: Store + DeadLetters {
     fn pending(&self) -> impl Future<Output = u64> + Send;
     fn get(&self, id: &str) -> impl Future<Output = StoredRecord> + Send;
-    fn dead(&self) -> impl Future<Output = Vec<StoredRecord>> + Send;
-    fn requeue(&self, ids: &[RecordId]) -> impl Future<Output = u64> + Send;
     fn idle(&self) -> impl Future<Output = ()> + Send + 'static;
     /// Writes the order and its record in one transaction; commits unless `rollback`.
     fn write_order(
@@ -103,12 +105,6 @@ impl Db for PgStore {
     }
     async fn get(&self, id: &str) -> StoredRecord {
         PgStore::get(self, &id.into()).await.unwrap().unwrap()
-    }
-    async fn dead(&self) -> Vec<StoredRecord> {
-        PgStore::dead(self, 100).await.unwrap()
-    }
-    async fn requeue(&self, ids: &[RecordId]) -> u64 {
-        PgStore::requeue(self, ids).await.unwrap()
     }
     fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
         PgStore::idle(self)
@@ -146,12 +142,6 @@ impl Db for SqliteStore {
     }
     async fn get(&self, id: &str) -> StoredRecord {
         SqliteStore::get(self, &id.into()).await.unwrap().unwrap()
-    }
-    async fn dead(&self) -> Vec<StoredRecord> {
-        SqliteStore::dead(self, 100).await.unwrap()
-    }
-    async fn requeue(&self, ids: &[RecordId]) -> u64 {
-        SqliteStore::requeue(self, ids).await.unwrap()
     }
     fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
         SqliteStore::idle(self)
@@ -358,17 +348,24 @@ async fn attempts_survive_restart<St: Db>(outbox: Outbox, store: St) {
         vec![0, 1, 2, 3, 4]
     );
 
-    // The operator lists it, fixes the receiver, re-queues: delivered under the same id.
-    let dead = store.dead().await;
+    // The operator lists it (through the one dead-letter API), fixes the receiver, redrives:
+    // delivered under the same id.
+    let dead = dead_letters::all(&store).await;
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].id.as_str(), "order-o-1");
-    assert_eq!(&dead[0].payload[..], b"o-1");
-    assert_eq!(
-        store
-            .requeue(&[dead[0].id.clone(), "no-such-record".into()])
-            .await,
-        1
-    );
+    assert_eq!(dead[0].unit.id().as_str(), "order-o-1");
+    assert_eq!(&dead[0].unit.payload()[..], b"o-1");
+    assert_eq!(dead[0].reason, Some(ReasonKind::Exhausted));
+    assert_eq!(dead[0].unit.delivery_count().get(), 5, "its attempts");
+    assert_eq!(dead[0].source, "orders.events");
+    let report = store
+        .redrive(Selection::Ids(&[
+            dead[0].unit.id().clone(),
+            UnitId::new("no-such-record"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(report.redriven, [UnitId::new("order-o-1")]);
+    assert_eq!(report.not_found, [UnitId::new("no-such-record")]);
     assert_eq!(store.get("order-o-1").await.attempts, 0);
     sink.heal();
     let third = relayer(&store, &sink)
@@ -383,7 +380,7 @@ async fn attempts_survive_restart<St: Db>(outbox: Outbox, store: St) {
         (accepted[0].id.as_str(), accepted[0].attempts),
         ("order-o-1", 0)
     );
-    assert!(store.dead().await.is_empty());
+    assert!(dead_letters::all(&store).await.is_empty());
 }
 
 async fn dead_at_once<St: Db>(outbox: Outbox, store: St) {
@@ -440,7 +437,19 @@ async fn dead_at_once<St: Db>(outbox: Outbox, store: St) {
     let sent: Vec<_> = sink.sent().into_iter().map(|s| s.id.to_string()).collect();
     assert_eq!(sent.iter().filter(|id| *id == "refused").count(), 1);
     assert!(!sent.iter().any(|id| id == "garbled"));
-    assert_eq!(store.dead().await.len(), 2);
+    assert_eq!(dead_letters::all(&store).await.len(), 2);
+    assert_eq!(store.count().await.unwrap(), 2);
+    // One is purged for good; the other stays, readable by id.
+    assert_eq!(store.purge(&[UnitId::new("garbled")]).await.unwrap(), 1);
+    let left = store.peek(&UnitId::new("refused")).await.unwrap().unwrap();
+    assert_eq!(left.reason, Some(ReasonKind::Rejected));
+    assert!(
+        left.detail.starts_with("memory sink: refused"),
+        "{}",
+        left.detail
+    );
+    assert!(store.peek(&UnitId::new("garbled")).await.unwrap().is_none());
+    assert_eq!(store.count().await.unwrap(), 1);
 }
 
 async fn panic_is_a_failure<St: Db>(outbox: Outbox, store: St) {

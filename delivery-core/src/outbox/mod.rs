@@ -16,6 +16,8 @@
 //! attempts, last error, when it is available again (backoff), the lease (owner, until), the
 //! created order, and when it was delivered. Every time in it is the database's clock.
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod dead_letters;
 mod record;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod relayer;

@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{AssertSqlSafe, Row};
 
+use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
 use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
@@ -105,11 +106,17 @@ impl PgStore {
 
     /// How many records are pending (including those backing off or being relayed).
     pub async fn pending(&self) -> Result<u64, sqlx::Error> {
+        self.count_with("pending").await
+    }
+
+    /// How many records have `status`.
+    async fn count_with(&self, status: &str) -> Result<u64, sqlx::Error> {
         let sql = format!(
-            "SELECT count(*) FROM {} WHERE status = 'pending'",
+            "SELECT count(*) FROM {} WHERE status = $1",
             self.table.qualified
         );
         let n: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(status)
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -145,56 +152,6 @@ impl PgStore {
             .fetch_optional(&self.pool)
             .await?;
         row.map(|row| stored(&row)).transpose()
-    }
-
-    /// Up to `limit` dead records, oldest first, each with its last error.
-    pub async fn dead(&self, limit: u32) -> Result<Vec<StoredRecord>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} WHERE status = 'dead' ORDER BY seq LIMIT $1",
-            self.table.qualified
-        );
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(stored).collect()
-    }
-
-    /// Re-queues dead records: pending again, attempts back to 0, available now, under the same
-    /// id. The last error stays for reference. Returns how many were re-queued.
-    pub async fn requeue(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
-        let ids: Vec<&str> = ids.iter().map(RecordId::as_str).collect();
-        let sql = format!(
-            "WITH requeued AS ( \
-               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
-                 lease_owner = NULL, lease_until = NULL \
-               WHERE id = ANY($1::text[]) AND status = 'dead' RETURNING 1) \
-             SELECT count(*), pg_notify($2, '') FROM requeued",
-            t = self.table.qualified
-        );
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(ids)
-            .bind(&*self.table.qualified)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get::<i64, _>(0)? as u64)
-    }
-
-    /// Re-queues every dead record (see [`requeue`](Self::requeue)).
-    pub async fn requeue_dead(&self) -> Result<u64, sqlx::Error> {
-        let sql = format!(
-            "WITH requeued AS ( \
-               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
-                 lease_owner = NULL, lease_until = NULL \
-               WHERE status = 'dead' RETURNING 1) \
-             SELECT count(*), pg_notify($1, '') FROM requeued",
-            t = self.table.qualified
-        );
-        let row = sqlx::query(AssertSqlSafe(sql))
-            .bind(&*self.table.qualified)
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get::<i64, _>(0)? as u64)
     }
 }
 
@@ -289,5 +246,67 @@ impl Store for PgStore {
         // An error (a reconnect) wakes the relay too: a claim finds whatever the notification
         // would have announced.
         Some(Box::pin(listener.into_stream().map(|_| ())))
+    }
+}
+
+/// The dead records, for [`DeadLetters`](crate::DeadLetters) (see `dead_letters.rs`); the position
+/// is the record's `seq`.
+impl DeadRecords for PgStore {
+    async fn count_dead(&self) -> Result<u64, sqlx::Error> {
+        self.count_with("dead").await
+    }
+
+    async fn dead_after(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, StoredRecord)>, sqlx::Error> {
+        let sql = format!(
+            "SELECT seq, {COLUMNS} FROM {} WHERE status = 'dead' AND seq > $1 ORDER BY seq LIMIT $2",
+            self.table.qualified
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get::<i64, _>("seq")?, stored(row)?)))
+            .collect()
+    }
+
+    /// Pending again under the same id, attempts back to 0, available now (the last error stays
+    /// for reference); relays are woken.
+    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
+        let ids: Option<Vec<&str>> = ids.map(|ids| ids.iter().map(RecordId::as_str).collect());
+        let sql = format!(
+            "WITH requeued AS ( \
+               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
+                 lease_owner = NULL, lease_until = NULL \
+               WHERE status = 'dead' AND ($1::text[] IS NULL OR id = ANY($1::text[])) \
+               RETURNING id, seq), \
+             woken AS (SELECT pg_notify($2, '') WHERE EXISTS (SELECT 1 FROM requeued)) \
+             SELECT id FROM requeued, (SELECT count(*) FROM woken) w ORDER BY seq",
+            t = self.table.qualified
+        );
+        let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(ids)
+            .bind(&*self.table.qualified)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(ids.into_iter().map(RecordId::new).collect())
+    }
+
+    async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
+        let ids: Vec<&str> = ids.iter().map(RecordId::as_str).collect();
+        let sql = format!(
+            "DELETE FROM {} WHERE status = 'dead' AND id = ANY($1::text[])",
+            self.table.qualified
+        );
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Row};
 
+use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
 use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
@@ -100,11 +101,17 @@ impl SqliteStore {
 
     /// How many records are pending (including those backing off or being relayed).
     pub async fn pending(&self) -> Result<u64, sqlx::Error> {
+        self.count_with("pending").await
+    }
+
+    /// How many records have `status`.
+    async fn count_with(&self, status: &str) -> Result<u64, sqlx::Error> {
         let sql = format!(
-            "SELECT count(*) FROM {} WHERE status = 'pending'",
+            "SELECT count(*) FROM {} WHERE status = ?1",
             self.table.qualified
         );
         let n: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(status)
             .fetch_one(&self.pool)
             .await?;
         Ok(n as u64)
@@ -140,48 +147,6 @@ impl SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
         row.map(|row| stored(&row)).transpose()
-    }
-
-    /// Up to `limit` dead records, oldest first, each with its last error.
-    pub async fn dead(&self, limit: u32) -> Result<Vec<StoredRecord>, sqlx::Error> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM {} WHERE status = 'dead' ORDER BY rowid LIMIT ?1",
-            self.table.qualified
-        );
-        let rows = sqlx::query(AssertSqlSafe(sql))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(stored).collect()
-    }
-
-    /// Re-queues dead records: pending again, attempts back to 0, available now, under the same
-    /// id. The last error stays for reference. Returns how many were re-queued.
-    pub async fn requeue(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
-        let ids = serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
-            .expect("a list of strings serializes");
-        let sql = format!(
-            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
-               lease_owner = NULL, lease_until = NULL \
-             WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?1))",
-            self.table.qualified
-        );
-        let done = sqlx::query(AssertSqlSafe(sql))
-            .bind(ids)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    /// Re-queues every dead record (see [`requeue`](Self::requeue)).
-    pub async fn requeue_dead(&self) -> Result<u64, sqlx::Error> {
-        let sql = format!(
-            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
-               lease_owner = NULL, lease_until = NULL WHERE status = 'dead'",
-            self.table.qualified
-        );
-        let done = sqlx::query(AssertSqlSafe(sql)).execute(&self.pool).await?;
-        Ok(done.rows_affected())
     }
 }
 
@@ -256,5 +221,68 @@ impl Store for SqliteStore {
 
     async fn wakeups(&self) -> Option<Wakeups> {
         None
+    }
+}
+
+/// The dead records, for [`DeadLetters`](crate::DeadLetters) (see `dead_letters.rs`); the position
+/// is the record's `rowid`.
+impl DeadRecords for SqliteStore {
+    async fn count_dead(&self) -> Result<u64, sqlx::Error> {
+        self.count_with("dead").await
+    }
+
+    async fn dead_after(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, StoredRecord)>, sqlx::Error> {
+        let sql = format!(
+            "SELECT rowid AS position, {COLUMNS} FROM {} \
+             WHERE status = 'dead' AND rowid > ?1 ORDER BY rowid LIMIT ?2",
+            self.table.qualified
+        );
+        let rows = sqlx::query(AssertSqlSafe(sql))
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get::<i64, _>("position")?, stored(row)?)))
+            .collect()
+    }
+
+    /// Pending again under the same id, attempts back to 0, available now (the last error stays
+    /// for reference).
+    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
+        let ids = ids.map(|ids| {
+            serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
+                .expect("a list of strings serializes")
+        });
+        let sql = format!(
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
+               lease_owner = NULL, lease_until = NULL \
+             WHERE status = 'dead' AND (?1 IS NULL OR id IN (SELECT value FROM json_each(?1))) \
+             RETURNING id",
+            self.table.qualified
+        );
+        let ids: Vec<String> = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(ids.into_iter().map(RecordId::new).collect())
+    }
+
+    async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
+        let ids = serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
+            .expect("a list of strings serializes");
+        let sql = format!(
+            "DELETE FROM {} WHERE status = 'dead' AND id IN (SELECT value FROM json_each(?1))",
+            self.table.qualified
+        );
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .bind(ids)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
     }
 }
