@@ -10,7 +10,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Acker, BasicProperties, Channel, Connection};
 
 use super::codec::{self, as_text, as_u64, get};
-use super::publisher::ConfirmedPublisher;
+use super::publish::ConfirmedPublisher;
 use super::topology::RabbitTopology;
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;

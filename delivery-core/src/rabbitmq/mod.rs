@@ -43,14 +43,14 @@
 
 mod codec;
 mod dead_letter;
-mod publisher;
+mod publish;
 mod settle;
 pub(crate) mod sink;
 mod source;
 mod topology;
 
 pub use dead_letter::RabbitDeadLetters;
-pub use publisher::ConfirmedPublisher;
+pub use publish::ConfirmedPublisher;
 pub use settle::RabbitHandle;
 pub use sink::RabbitSink;
 pub use source::RabbitSource;

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::codec::{self};
-use super::publisher::ConfirmedPublisher;
+use super::publish::ConfirmedPublisher;
 use super::settle::RabbitHandle;
 use super::topology::{QueueType, RabbitTopology};
 use crate::transport::{Source, TransportError};

@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use ::redis::Value;
 use ::redis::aio::MultiplexedConnection;
 
-use super::entry::{self, Entry, Read};
+use super::codec::{self, Entry, Read};
 use super::topology::RedisTopology;
 use super::{COMMAND_TIMEOUT, FIELD_ID, FIELD_PAYLOAD};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
@@ -172,9 +172,9 @@ impl RedisDeadLetters {
         command: &::redis::Cmd,
     ) -> Result<Vec<Entry>, TransportError> {
         let reply: Value = self.run(what, command).await?;
-        let shape = entry::Shape::of(name, &reply);
+        let shape = codec::Shape::of(name, &reply);
         let read =
-            entry::entries(reply).ok_or_else(|| TransportError::msg(what, shape.to_string()))?;
+            codec::entries(reply).ok_or_else(|| TransportError::msg(what, shape.to_string()))?;
         Ok(read
             .into_iter()
             .filter_map(|read| match read {
@@ -237,11 +237,11 @@ impl RedisDeadLetters {
     ) -> Result<(), TransportError> {
         let mut add = ::redis::cmd("XADD");
         add.arg(target).arg("*");
-        if entry::field(&entry.fields, FIELD_ID).is_none() {
+        if codec::field(&entry.fields, FIELD_ID).is_none() {
             add.arg(FIELD_ID).arg(id.as_str());
         }
         for (name, value) in &entry.fields {
-            if !entry::is_transport_field(name) {
+            if !codec::is_transport_field(name) {
                 add.arg(name.as_ref()).arg(value.as_ref());
             }
         }
@@ -252,15 +252,15 @@ impl RedisDeadLetters {
     /// The record of a dead-letter entry.
     fn record(&self, entry: &Entry) -> DeadLetter {
         let fields = &entry.fields;
-        let text = |name: &str| entry::field_str(fields, name);
-        let id = entry::unit_id(
+        let text = |name: &str| codec::field_str(fields, name);
+        let id = codec::unit_id(
             fields,
             text(headers::DEAD_LETTER_ENTRY_ID).unwrap_or(&entry.id),
         );
-        let payload = entry::field(fields, FIELD_PAYLOAD)
+        let payload = codec::field(fields, FIELD_PAYLOAD)
             .cloned()
             .unwrap_or_default();
-        let own = entry::headers(fields);
+        let own = codec::headers(fields);
         let own = if own.iter().any(|(name, _)| headers::is_dead_letter(name)) {
             Headers::from_pairs(
                 own.iter()

@@ -74,8 +74,8 @@
 //! ```
 
 mod ack;
+mod codec;
 mod dead_letter;
-mod entry;
 mod publish;
 mod settle;
 mod source;

@@ -2,7 +2,7 @@
 //! be claimed back, and an `XADD` of an intact copy to the dead-letter stream.
 //! `consumer::settle` decides when each runs.
 
-use super::entry::Entry;
+use super::codec::Entry;
 use crate::disposition::DeadLetterReason;
 use crate::transport::{Settle, TransportError};
 use crate::unit::Unit;

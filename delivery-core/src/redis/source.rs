@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::COMMAND_TIMEOUT;
 use super::ack::{Acks, Joined, Next, Turn};
-use super::entry::{self, Entry, Read};
+use super::codec::{self, Entry, Read};
 use super::settle::RedisHandle;
 use super::topology::RedisTopology;
 use crate::disposition::DeadLetterReason;
@@ -165,7 +165,7 @@ impl Source for RedisSource {
     async fn receive(&mut self) -> Result<Option<(Unit, RedisHandle)>, TransportError> {
         loop {
             if let Some((entry, count)) = self.ready.pop_front() {
-                let unit = entry::unit(&entry, count);
+                let unit = codec::unit(&entry, count);
                 let handle = RedisHandle {
                     entry,
                     shared: self.shared.clone(),
@@ -275,8 +275,8 @@ async fn fetch(
         &read,
     )
     .await?;
-    let shape = entry::Shape::of("XREADGROUP", &reply);
-    let read = entry::read_group(reply).ok_or_else(|| {
+    let shape = codec::Shape::of("XREADGROUP", &reply);
+    let read = codec::read_group(reply).ok_or_else(|| {
         TransportError::msg("reading new entries (XREADGROUP)", shape.to_string())
     })?;
     let entries = read
@@ -311,9 +311,9 @@ async fn claim_pending(
         .arg("COUNT")
         .arg(shared.batch);
     let reply: Value = on_reader(CLAIM, COMMAND_TIMEOUT, reader, &claim).await?;
-    let shape = entry::Shape::of("XAUTOCLAIM", &reply);
+    let shape = codec::Shape::of("XAUTOCLAIM", &reply);
     let (next, claimed) =
-        entry::auto_claim(reply).ok_or_else(|| TransportError::msg(CLAIM, shape.to_string()))?;
+        codec::auto_claim(reply).ok_or_else(|| TransportError::msg(CLAIM, shape.to_string()))?;
     let mut entries = Vec::with_capacity(claimed.len());
     for read in claimed {
         match read {
@@ -352,8 +352,8 @@ async fn claim_pending(
     }
     let mut out = Vec::with_capacity(entries.len());
     for (entry, reply) in entries.into_iter().zip(counts) {
-        let shape = entry::Shape::of("XPENDING", &reply);
-        let count = entry::pending_count(reply)
+        let shape = codec::Shape::of("XPENDING", &reply);
+        let count = codec::pending_count(reply)
             .ok_or_else(|| TransportError::msg(COUNT, shape.to_string()))?;
         let Some(count) = count else {
             // Acknowledged or claimed by another consumer since: not ours to deliver.
@@ -440,7 +440,7 @@ impl Shared {
         let mut add = ::redis::cmd("XADD");
         add.arg(&self.dead_letter_stream).arg("*");
         for (name, value) in &entry.fields {
-            if !entry::is_transport_field(name) {
+            if !codec::is_transport_field(name) {
                 add.arg(name.as_ref()).arg(value.as_ref());
             }
         }
