@@ -68,6 +68,8 @@
 //! # Ok(()) }
 //! ```
 
+mod book;
+mod codec;
 mod dead_letter;
 mod settle;
 pub(crate) mod sink;

@@ -12,7 +12,8 @@ use rdkafka::producer::FutureRecord;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::source::{Origin, Shared, Tracked};
+use super::codec::Origin;
+use super::source::{Shared, Tracked};
 
 /// The handle of one unit delivered by a [`KafkaSource`]. Only the runtime holds it.
 ///

@@ -2,27 +2,25 @@
 //! each unit, and the commit book: the watermarks, and the one place offsets are committed.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
-use rdkafka::message::{BorrowedMessage, Headers as _};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::FutureProducer;
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Message};
 use tokio::time::Instant;
 
-use super::is_bookkeeping_header;
+use super::book::{Book, BookState};
+use super::codec::{Origin, Read};
 use super::settle::KafkaHandle;
 use super::topology::KafkaTopology;
-use crate::offset::{OffsetError, Watermarks};
 use crate::transport::{Source, TransportError};
-use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
+use crate::unit::{DeliveryCount, Stamp, Unit, UnitId};
 
 /// Which of the consumer's two logs a partition belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -32,7 +30,7 @@ pub(super) enum Log {
 }
 
 /// A partition of one of the two logs: the watermarks' key.
-type Partition = (Log, i32);
+pub(super) type Partition = (Log, i32);
 
 /// A consumer of one Kafka topic and its retry topic through a consumer group (see the
 /// [module docs](super)).
@@ -86,162 +84,6 @@ pub(super) struct Shared {
     pub(super) retry_topic: Arc<str>,
     pub(super) dead_letter_topic: Arc<str>,
     pub(super) bound: NonZeroU32,
-}
-
-/// The commit book: the watermark of every assigned partition, and which assignment each belongs
-/// to. Offsets are committed only here (`commit_owed`), never past a unit that is not final.
-pub(super) struct Book {
-    state: Mutex<BookState>,
-    /// One commit at a time, so a revocation's commit and the periodic one do not cross.
-    committing: Mutex<()>,
-    topic: Arc<str>,
-    retry_topic: Arc<str>,
-}
-
-#[derive(Default)]
-struct BookState {
-    watermarks: Watermarks<Partition>,
-    /// The current assignment of each partition with a watermark. A handle of an earlier
-    /// assignment (revoked since) finishes nothing: its unit is the new owner's.
-    generations: HashMap<Partition, u64>,
-    next_generation: u64,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update under these locks is a single step; a panic elsewhere leaves them consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl Book {
-    fn log(&self, topic: &str) -> Option<Log> {
-        if topic == &*self.topic {
-            Some(Log::Source)
-        } else if topic == &*self.retry_topic {
-            Some(Log::Retry)
-        } else {
-            None
-        }
-    }
-
-    fn topic(&self, log: Log) -> &str {
-        match log {
-            Log::Source => &self.topic,
-            Log::Retry => &self.retry_topic,
-        }
-    }
-
-    /// A unit at `offset` of `partition` was received: its generation, or `None` if the
-    /// partition already had this offset (a re-fetch): then the earlier delivery holds the
-    /// watermark and this one finishes nothing.
-    fn track(&self, partition: Partition, offset: u64) -> Option<u64> {
-        let mut state = lock(&self.state);
-        match state.watermarks.track(partition, offset) {
-            Ok(()) => {}
-            Err(error) => {
-                tracing::warn!(?partition, offset, %error, "a unit read again without a revocation; handled, not tracked");
-                return None;
-            }
-        }
-        let next = state.next_generation;
-        let generation = *state.generations.entry(partition).or_insert(next);
-        if generation == next {
-            state.next_generation += 1;
-        }
-        Some(generation)
-    }
-
-    pub(super) fn is_current(&self, partition: Partition, generation: u64) -> bool {
-        lock(&self.state).generations.get(&partition) == Some(&generation)
-    }
-
-    /// The retry topic's partitions in `list`.
-    fn retry_partitions(&self, list: &TopicPartitionList) -> TopicPartitionList {
-        let mut retry = TopicPartitionList::new();
-        for element in list.elements_for_topic(&self.retry_topic) {
-            retry.add_partition(&self.retry_topic, element.partition());
-        }
-        retry
-    }
-
-    /// The disposition of the unit at `offset` is final.
-    pub(super) fn finish(&self, partition: Partition, offset: u64, generation: u64) {
-        let mut state = lock(&self.state);
-        if state.generations.get(&partition) != Some(&generation) {
-            tracing::debug!(
-                ?partition,
-                offset,
-                "settled after its partition was revoked; the new owner reads it again"
-            );
-            return;
-        }
-        if let Err(error) = state.watermarks.finish(&partition, offset) {
-            // Only a bug could get here (each handle finishes once); never commit on a guess.
-            debug_assert!(
-                matches!(error, OffsetError::NotAssigned { .. }),
-                "watermark refused a finish: {error}"
-            );
-            tracing::error!(?partition, offset, %error, "the watermark refused a finished unit");
-        }
-    }
-
-    /// Commits, synchronously, every partition whose watermark advanced since its last commit.
-    fn commit_owed<C: Consumer<Context>>(&self, consumer: &C) -> Result<(), TransportError> {
-        let _one = lock(&self.committing);
-        let owed = lock(&self.state).watermarks.uncommitted();
-        self.commit(consumer, &owed)?;
-        let mut state = lock(&self.state);
-        for (partition, offset) in owed {
-            state.watermarks.committed(&partition, offset);
-        }
-        Ok(())
-    }
-
-    fn commit<C: Consumer<Context>>(
-        &self,
-        consumer: &C,
-        owed: &[(Partition, u64)],
-    ) -> Result<(), TransportError> {
-        if owed.is_empty() {
-            return Ok(());
-        }
-        let mut list = TopicPartitionList::with_capacity(owed.len());
-        for &((log, partition), offset) in owed {
-            let offset = Offset::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
-            list.add_partition_offset(self.topic(log), partition, offset)
-                .map_err(|e| TransportError::new("listing offsets to commit", e))?;
-        }
-        consumer
-            .commit(&list, CommitMode::Sync)
-            .map_err(|e| TransportError::new("committing offsets", e))
-    }
-
-    /// A rebalance takes `list` away: commit what is final for each partition, then forget it.
-    fn revoke<C: Consumer<Context>>(&self, consumer: &C, list: &TopicPartitionList) {
-        let _one = lock(&self.committing);
-        let owed: Vec<(Partition, u64)> = {
-            let mut state = lock(&self.state);
-            list.elements()
-                .iter()
-                .filter_map(|element| {
-                    let partition = (self.log(element.topic())?, element.partition());
-                    state.generations.remove(&partition);
-                    let offset = state.watermarks.revoke(&partition)?;
-                    Some((partition, offset))
-                })
-                .collect()
-        };
-        match self.commit(consumer, &owed) {
-            Ok(()) => tracing::info!(
-                revoked = list.count(),
-                committed = owed.len(),
-                "partitions revoked"
-            ),
-            // The new owner starts from the last commit: units are read again, never skipped.
-            Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
-        }
-    }
 }
 
 /// The consumer's context: commits on revocation, and keeps newly assigned retry-topic partitions
@@ -602,71 +444,6 @@ impl Drop for KafkaSource {
         if let Err(error) = self.shared.book.commit_owed(&self.shared.consumer) {
             tracing::warn!(%error, "committing offsets at shutdown failed; those units are read again");
         }
-    }
-}
-
-/// Where a unit was first read: recorded with it in the dead letter.
-#[derive(Clone, Debug)]
-pub(super) struct Origin {
-    pub(super) topic: String,
-    pub(super) partition: i32,
-    pub(super) offset: i64,
-}
-
-/// The parts of a message this transport reads.
-struct Read {
-    payload: Bytes,
-    headers: Headers,
-    id: Option<UnitId>,
-    count: Option<u32>,
-    due_ms: Option<u64>,
-    origin: Option<Origin>,
-}
-
-impl Read {
-    fn of(message: &BorrowedMessage<'_>) -> Read {
-        let mut read = Read {
-            payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-            headers: Headers::default(),
-            id: None,
-            count: None,
-            due_ms: None,
-            origin: None,
-        };
-        let Some(headers) = message.headers() else {
-            return read;
-        };
-        let (mut topic, mut partition, mut offset) = (None, None, None);
-        let mut own = Vec::new();
-        for header in headers.iter() {
-            let value = header.value.unwrap_or_default();
-            let text = std::str::from_utf8(value).ok();
-            match header.key {
-                crate::headers::MESSAGE_ID => {
-                    read.id = text.filter(|id| !id.is_empty()).map(UnitId::from);
-                }
-                crate::headers::DELIVERY_COUNT => {
-                    read.count = text.and_then(|t| t.parse().ok()).filter(|&n| n > 0);
-                }
-                crate::headers::DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
-                crate::headers::ORIGIN_TOPIC => topic = text.map(str::to_owned),
-                crate::headers::ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
-                crate::headers::ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
-                name if is_bookkeeping_header(name) => {}
-                name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
-            }
-        }
-        if let (Some(topic), Some(partition), Some(offset)) = (topic, partition, offset) {
-            read.origin = Some(Origin {
-                topic,
-                partition,
-                offset,
-            });
-        }
-        if !own.is_empty() {
-            read.headers = Headers::from_pairs(own);
-        }
-        read
     }
 }
 

@@ -1,0 +1,172 @@
+//! The commit book: where Kafka offsets are committed, and the only place (rule 1: never past a
+//! unit whose disposition is not final).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::offset::{OffsetError, Watermarks};
+use crate::transport::TransportError;
+
+use super::source::{Context, Log, Partition};
+
+/// The commit book: the watermark of every assigned partition, and which assignment each belongs
+/// to. Offsets are committed only here (`commit_owed`), never past a unit that is not final.
+pub(super) struct Book {
+    pub(super) state: Mutex<BookState>,
+    /// One commit at a time, so a revocation's commit and the periodic one do not cross.
+    pub(super) committing: Mutex<()>,
+    pub(super) topic: Arc<str>,
+    pub(super) retry_topic: Arc<str>,
+}
+
+#[derive(Default)]
+pub(super) struct BookState {
+    pub(super) watermarks: Watermarks<Partition>,
+    /// The current assignment of each partition with a watermark. A handle of an earlier
+    /// assignment (revoked since) finishes nothing: its unit is the new owner's.
+    pub(super) generations: HashMap<Partition, u64>,
+    pub(super) next_generation: u64,
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these locks is a single step; a panic elsewhere leaves them consistent.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Book {
+    pub(super) fn log(&self, topic: &str) -> Option<Log> {
+        if topic == &*self.topic {
+            Some(Log::Source)
+        } else if topic == &*self.retry_topic {
+            Some(Log::Retry)
+        } else {
+            None
+        }
+    }
+
+    pub(super) fn topic(&self, log: Log) -> &str {
+        match log {
+            Log::Source => &self.topic,
+            Log::Retry => &self.retry_topic,
+        }
+    }
+
+    /// A unit at `offset` of `partition` was received: its generation, or `None` if the
+    /// partition already had this offset (a re-fetch): then the earlier delivery holds the
+    /// watermark and this one finishes nothing.
+    pub(super) fn track(&self, partition: Partition, offset: u64) -> Option<u64> {
+        let mut state = lock(&self.state);
+        match state.watermarks.track(partition, offset) {
+            Ok(()) => {}
+            Err(error) => {
+                tracing::warn!(?partition, offset, %error, "a unit read again without a revocation; handled, not tracked");
+                return None;
+            }
+        }
+        let next = state.next_generation;
+        let generation = *state.generations.entry(partition).or_insert(next);
+        if generation == next {
+            state.next_generation += 1;
+        }
+        Some(generation)
+    }
+
+    pub(super) fn is_current(&self, partition: Partition, generation: u64) -> bool {
+        lock(&self.state).generations.get(&partition) == Some(&generation)
+    }
+
+    /// The retry topic's partitions in `list`.
+    pub(super) fn retry_partitions(&self, list: &TopicPartitionList) -> TopicPartitionList {
+        let mut retry = TopicPartitionList::new();
+        for element in list.elements_for_topic(&self.retry_topic) {
+            retry.add_partition(&self.retry_topic, element.partition());
+        }
+        retry
+    }
+
+    /// The disposition of the unit at `offset` is final.
+    pub(super) fn finish(&self, partition: Partition, offset: u64, generation: u64) {
+        let mut state = lock(&self.state);
+        if state.generations.get(&partition) != Some(&generation) {
+            tracing::debug!(
+                ?partition,
+                offset,
+                "settled after its partition was revoked; the new owner reads it again"
+            );
+            return;
+        }
+        if let Err(error) = state.watermarks.finish(&partition, offset) {
+            // Only a bug could get here (each handle finishes once); never commit on a guess.
+            debug_assert!(
+                matches!(error, OffsetError::NotAssigned { .. }),
+                "watermark refused a finish: {error}"
+            );
+            tracing::error!(?partition, offset, %error, "the watermark refused a finished unit");
+        }
+    }
+
+    /// Commits, synchronously, every partition whose watermark advanced since its last commit.
+    pub(super) fn commit_owed<C: Consumer<Context>>(
+        &self,
+        consumer: &C,
+    ) -> Result<(), TransportError> {
+        let _one = lock(&self.committing);
+        let owed = lock(&self.state).watermarks.uncommitted();
+        self.commit(consumer, &owed)?;
+        let mut state = lock(&self.state);
+        for (partition, offset) in owed {
+            state.watermarks.committed(&partition, offset);
+        }
+        Ok(())
+    }
+
+    pub(super) fn commit<C: Consumer<Context>>(
+        &self,
+        consumer: &C,
+        owed: &[(Partition, u64)],
+    ) -> Result<(), TransportError> {
+        if owed.is_empty() {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::with_capacity(owed.len());
+        for &((log, partition), offset) in owed {
+            let offset = Offset::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
+            list.add_partition_offset(self.topic(log), partition, offset)
+                .map_err(|e| TransportError::new("listing offsets to commit", e))?;
+        }
+        consumer
+            .commit(&list, CommitMode::Sync)
+            .map_err(|e| TransportError::new("committing offsets", e))
+    }
+
+    /// A rebalance takes `list` away: commit what is final for each partition, then forget it.
+    pub(super) fn revoke<C: Consumer<Context>>(&self, consumer: &C, list: &TopicPartitionList) {
+        let _one = lock(&self.committing);
+        let owed: Vec<(Partition, u64)> = {
+            let mut state = lock(&self.state);
+            list.elements()
+                .iter()
+                .filter_map(|element| {
+                    let partition = (self.log(element.topic())?, element.partition());
+                    state.generations.remove(&partition);
+                    let offset = state.watermarks.revoke(&partition)?;
+                    Some((partition, offset))
+                })
+                .collect()
+        };
+        match self.commit(consumer, &owed) {
+            Ok(()) => tracing::info!(
+                revoked = list.count(),
+                committed = owed.len(),
+                "partitions revoked"
+            ),
+            // The new owner starts from the last commit: units are read again, never skipped.
+            Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
+        }
+    }
+}
