@@ -617,3 +617,24 @@ impl Reader {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_is_written_and_read_back_as_partition_and_offset() {
+        let position = Position {
+            partition: 2,
+            offset: 17,
+        };
+        assert_eq!(position.to_string(), "2:17");
+        assert_eq!("2:17".parse::<Position>(), Ok(position));
+        assert_eq!(position.next().to_string(), "2:18");
+        for bad in ["", "2", "2:", ":17", "a:1", "1:b", "1:2:3"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
+        let cursor = Cursor::new("x");
+        assert!(crate::dead_letter::cursor::parse::<Position>(&cursor).is_err());
+    }
+}
