@@ -12,7 +12,7 @@ use delivery::Unit;
 use delivery::kafka::client::message::{Header, OwnedHeaders};
 use delivery::kafka::client::producer::FutureProducer;
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery::testing::conformance::{self, DeadLettered, Fixture};
+use delivery::testing::conformance::{self, Fixture};
 use kafka_support::{brokers, declare, producer_config, record, send};
 
 struct Kafka {
@@ -57,6 +57,7 @@ impl Kafka {
 
 impl Fixture for Kafka {
     type Source = KafkaSource;
+    type DeadLetters = KafkaDeadLetters;
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         declare(&self.topology(name).max_deliveries(max_deliveries)).await;
@@ -89,20 +90,8 @@ impl Fixture for Kafka {
         KafkaSource::connect(&self.brokers, topology).unwrap()
     }
 
-    async fn dead_letters(&self, name: &str) -> Vec<DeadLettered> {
+    async fn dead_letter(&self, name: &str) -> KafkaDeadLetters {
         KafkaDeadLetters::new(&self.brokers, &self.topology(name))
-            .list()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|d| DeadLettered {
-                id: d.id.to_string(),
-                delivery_count: d.delivery_count.unwrap_or(0),
-                reason: d.reason.expect("a reason recorded with every dead letter"),
-                payload: d.payload,
-                headers: d.headers,
-            })
-            .collect()
     }
 
     fn counts_crashed_deliveries(&self) -> bool {

@@ -4,18 +4,21 @@
 //! The test writes into a schema of its own.
 #![cfg(feature = "kafka")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
 #[path = "support/kafka.rs"]
 mod kafka_support;
 #[path = "support/process.rs"]
 mod process;
 
-use kafka_support::{brokers, declare, producer, record, unique_name};
+use kafka_support::{brokers, declare, headers_at, producer, record, unique_name};
 use process::{database_url, example_binary, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use delivery::DeadLetters;
 use delivery::kafka::client::message::OwnedHeaders;
 use delivery::kafka::client::producer::FutureProducer;
 use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
@@ -235,13 +238,10 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
             if applied < valid_units {
                 return false;
             }
-            let dead: BTreeSet<String> = env
-                .dead_letters()
-                .list()
+            let dead: BTreeSet<String> = dead_letters::all(&env.dead_letters())
                 .await
-                .unwrap()
                 .into_iter()
-                .map(|d| d.id.to_string())
+                .map(|d| d.id().to_string())
                 .collect();
             dead.len() >= poison.len()
         },
@@ -260,15 +260,15 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         expected,
         "every order's amount counted exactly once"
     );
-    let dead = env.dead_letters().list().await.unwrap();
+    let dead = dead_letters::all(&env.dead_letters()).await;
     // A kill between a dead-letter publish and the offset's commit leaves a second copy of the
     // same unit: a duplicate in the dead letter, never a loss.
     let found: BTreeSet<(String, String)> = dead
         .iter()
         .map(|d| {
             (
-                d.id.to_string(),
-                String::from_utf8(d.payload.to_vec()).unwrap(),
+                d.id().to_string(),
+                String::from_utf8(d.unit.payload().to_vec()).unwrap(),
             )
         })
         .collect();
@@ -276,22 +276,39 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         found, poison,
         "the dead letter holds exactly the poison units, intact"
     );
+    let dead_letter_topic = env.topology.dead_letter_topic_name();
+    let mut partitions = BTreeSet::new();
     for d in &dead {
-        assert_eq!(
-            d.source_topic.as_deref(),
-            Some(env.topic.as_str()),
-            "{}",
-            d.id
+        assert_eq!(d.source, env.topic, "{}", d.id());
+        assert!(
+            d.unit.stamp().is_some(),
+            "the source offset recorded: {}",
+            d.id()
         );
-        let partition = d.source_partition.expect("the source partition recorded");
-        assert!((0..PARTITIONS).contains(&partition), "{}", d.id);
-        assert!(d.source_offset.is_some_and(|o| o >= 0), "{}", d.id);
-        let expected_reason = if d.payload.starts_with(b"{oops") {
+        assert!(
+            d.dead_lettered_at.is_some(),
+            "the record's timestamp: {}",
+            d.id()
+        );
+        let (partition, offset) = d.position.split_once(':').expect("<partition>:<offset>");
+        let source_partition = headers_at(
+            &dead_letter_topic,
+            partition.parse().unwrap(),
+            offset.parse().unwrap(),
+        )
+        .await
+        .into_iter()
+        .find(|(name, _)| name == delivery::headers::DEAD_LETTER_SOURCE_PARTITION)
+        .and_then(|(_, p)| p.parse::<i32>().ok())
+        .expect("the source partition recorded");
+        assert!((0..PARTITIONS).contains(&source_partition), "{}", d.id());
+        partitions.insert(source_partition);
+        let expected_reason = if d.unit.payload().starts_with(b"{oops") {
             delivery::ReasonKind::Malformed
         } else {
             delivery::ReasonKind::Rejected
         };
-        assert_eq!(d.reason, Some(expected_reason), "{}", d.id);
+        assert_eq!(d.reason, Some(expected_reason), "{}", d.id());
     }
     let depth = env.dead_letters().count().await.unwrap();
     assert!(
@@ -299,7 +316,6 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         "the dead letter's depth ({depth}) counts its entries ({})",
         dead.len()
     );
-    let partitions: BTreeSet<i32> = dead.iter().filter_map(|d| d.source_partition).collect();
     assert!(
         partitions.len() > 1,
         "poison came from several partitions: {partitions:?}"

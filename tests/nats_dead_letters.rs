@@ -3,29 +3,20 @@
 //! depth, a redrive back to the source subject under the same unit id, and a purge.
 #![cfg(feature = "nats")]
 
+#[path = "support/dead_letters.rs"]
+mod dead_letters;
+
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
+use dead_letters::strict;
 use delivery::dead_letter::{Cursor, DeadLetters, Selection};
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::{Consumer, HandlerError, Json, ReasonKind, Stamp, UnitId, consumer};
+use delivery::{Consumer, ReasonKind, Stamp, UnitId};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
-}
-
-#[derive(serde::Deserialize)]
-struct Order {
-    amount_cents: i64,
-}
-
-#[consumer]
-async fn strict(Json(order): Json<Order>) -> Result<(), HandlerError> {
-    if order.amount_cents < 0 {
-        return Err(HandlerError::reject("negative amount"));
-    }
-    Ok(())
 }
 
 /// Consumes until the consumer's ack floor reaches `sequence`.

@@ -1,7 +1,26 @@
-//! Reading a whole dead letter through [`DeadLetters`], whatever the transport.
+//! What the dead-letter tests share: a handler that fills a dead letter, and reading a whole dead
+//! letter through `DeadLetters`, a page at a time.
 #![allow(dead_code)] // each test binary uses part of it
 
 use delivery::dead_letter::{DeadLetter, DeadLetters};
+use delivery::{HandlerError, Json, consumer};
+
+/// An order as [`strict`] reads it.
+#[derive(serde::Deserialize)]
+pub struct Order {
+    /// Refused when negative.
+    pub amount_cents: i64,
+}
+
+/// Refuses an order with a negative amount (`negative amount`), takes any other; a unit that is
+/// not an order is malformed.
+#[consumer]
+pub async fn strict(Json(order): Json<Order>) -> Result<(), HandlerError> {
+    if order.amount_cents < 0 {
+        return Err(HandlerError::reject("negative amount"));
+    }
+    Ok(())
+}
 
 /// Every record in `dead`, oldest first.
 pub async fn all(dead: &impl DeadLetters) -> Vec<DeadLetter> {

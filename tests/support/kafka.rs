@@ -160,3 +160,50 @@ pub async fn end_of(topic: &str, partition: i32) -> i64 {
     .await
     .unwrap()
 }
+
+/// Every header of the record at `offset` of `partition` of `topic`, in order (values as UTF-8,
+/// lossily), read without a group.
+pub async fn headers_at(topic: &str, partition: i32, offset: i64) -> Vec<(String, String)> {
+    use delivery::kafka::client::Message as _;
+    use delivery::kafka::client::message::Headers as _;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let reader: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("group.id", "tests-header-reader")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(&topic, partition, Offset::Offset(offset))
+            .unwrap();
+        reader.assign(&list).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let Some(Ok(message)) = reader.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            if message.offset() != offset {
+                continue;
+            }
+            return message
+                .headers()
+                .map(|headers| {
+                    headers
+                        .iter()
+                        .map(|h| {
+                            let value = h.value.unwrap_or_default();
+                            (
+                                h.key.to_owned(),
+                                String::from_utf8_lossy(value).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        panic!("no record at {topic}/{partition}@{offset} within 30 s")
+    })
+    .await
+    .unwrap()
+}

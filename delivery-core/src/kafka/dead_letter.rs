@@ -1,316 +1,640 @@
-//! The operator's view of a dead-letter topic: read it without consuming it (no group, no commit),
-//! and redrive units back to their source topic under the same id.
+//! The operator's view of a dead-letter topic — the [`DeadLetters`] API — read without consuming
+//! it (no group, no commit), with the records an operator removed kept in a topic of their own.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Headers as _, OwnedHeaders};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::is_bookkeeping_header;
 use super::topology::KafkaTopology;
+use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
-use crate::unit::{Headers, UnitId};
+use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
-/// One unit in a dead-letter topic, as an operator reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KafkaDeadLetter {
-    /// The unit's id (its `message-id`).
-    pub id: UnitId,
-    /// The partition of the dead-letter topic holding it.
-    pub partition: i32,
-    /// Its offset there.
-    pub offset: i64,
-    /// The key it was published with.
-    pub key: Option<Bytes>,
-    /// The payload, intact.
-    pub payload: Bytes,
-    /// The unit's own headers (without this transport's bookkeeping and dead-letter headers).
-    pub headers: Headers,
-    /// Why it was dead-lettered, if recorded.
-    pub reason: Option<ReasonKind>,
-    /// The reason's detail.
-    pub detail: Option<String>,
-    /// The topic it was first read from.
-    pub source_topic: Option<String>,
-    /// The partition it was first read from.
-    pub source_partition: Option<i32>,
-    /// The offset it was first read at.
-    pub source_offset: Option<i64>,
-    /// The delivery on which it was dead-lettered.
-    pub delivery_count: Option<u32>,
-}
-
-/// The dead-letter topic of a [`KafkaTopology`], for an operator.
+/// The dead-letter topic of a [`KafkaTopology`], for an operator: its [`DeadLetters`], and
+/// [`watch_depth`](Self::watch_depth).
+///
+/// Kafka cannot remove one record from a topic, so the dead letter is the dead-letter topic
+/// **less the records an operator removed**, which this view keeps in the topology's
+/// [removed topic](KafkaTopology::removed_topic_name) (default `<topic>.dlq.removed`, created by
+/// [`KafkaTopology::declare`] with `cleanup.policy=compact`): one small record per removed
+/// dead letter, keyed by its position, holding its unit id and whether it was redriven or
+/// purged. A removal applies to the record at that position only while it holds that unit, so a
+/// dead-letter topic deleted and created again is not hidden by the removals of the old one.
+///
+/// - **Records** are read from the dead-letter topic by partition and offset, consuming nothing
+///   and committing nothing. A record's [`position`](DeadLetter::position) is
+///   `<partition>:<offset>` in the dead-letter topic, its
+///   [`dead_lettered_at`](DeadLetter::dead_lettered_at) the record's timestamp, its
+///   [`source`](DeadLetter::source) the topic the unit was first read from; its unit has its
+///   `message-id` as id, the offset it was first read at as its stamp, and its own headers only
+///   (without this transport's bookkeeping and the `x-dead-letter-*` ones). Records are listed in
+///   partition then offset order.
+/// - **[`count`](DeadLetters::count)** reads the dead letter through, as a listing does: the
+///   brokers' offsets cannot tell which records were removed (and tansu 0.6 under-reports a
+///   partition's end in them). A dead letter is meant to stay small; where one is large,
+///   [`watch_depth`](Self::watch_depth) at a longer interval.
+/// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit to its source topic —
+///   key, payload and its own headers, with its id as `message-id` and no delivery count, so the
+///   consumer counts its deliveries afresh — acknowledged by the broker (`acks=all`), and only
+///   then records it removed. If that record fails, the unit is in both; a second redrive sends it
+///   again, which the handler's idempotence makes harmless.
+/// - **[`purge`](DeadLetters::purge)** records the units removed: they are listed, counted and
+///   redriven no more. Their bytes stay in the dead-letter topic until its retention removes them
+///   (Kafka deletes no single record); set the topic's retention for that.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delivery_core::TransportError> {
+/// use delivery_core::dead_letter::{DeadLetters, Selection};
 /// use delivery_core::kafka::{KafkaDeadLetters, KafkaTopology};
 ///
 /// let topology = KafkaTopology::new("orders", "billing");
 /// let dead_letters = KafkaDeadLetters::new("127.0.0.1:9092", &topology);
-/// for dead in dead_letters.list().await? {
-///     println!("{} {:?} from {:?}:{:?}@{:?}", dead.id, dead.reason,
-///         dead.source_topic, dead.source_partition, dead.source_offset);
+/// for dead in dead_letters.list(50, None).await?.records {
+///     println!("{dead}");
 /// }
-/// dead_letters.redrive(&["o-42".into()]).await?;
+/// dead_letters.redrive(Selection::Ids(&["o-42".into()])).await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct KafkaDeadLetters {
-    brokers: String,
     topic: String,
-    dead_letter_topic: String,
+    reader: Reader,
 }
 
 impl KafkaDeadLetters {
     /// The dead letter of `topology` at `brokers`.
     pub fn new(brokers: &str, topology: &KafkaTopology) -> Self {
         KafkaDeadLetters {
-            brokers: brokers.to_owned(),
             topic: topology.topic.clone(),
-            dead_letter_topic: topology.dead_letter_topic_name(),
+            reader: Reader {
+                brokers: brokers.to_owned(),
+                dead_letter_topic: topology.dead_letter_topic_name(),
+                removed_topic: topology.removed_topic_name(),
+            },
         }
-    }
-
-    /// How many units the dead-letter topic holds (each partition's high watermark less its low
-    /// one), also set as the `delivery_dead_letter_depth{dead_letter}` gauge. A topic never
-    /// trimmed only grows: compare it with what the operator has redriven.
-    pub async fn count(&self) -> Result<u64, TransportError> {
-        let brokers = self.brokers.clone();
-        let topic = self.dead_letter_topic.clone();
-        let depth = tokio::task::spawn_blocking(move || depth(&brokers, &topic))
-            .await
-            .map_err(|e| TransportError::new("reading the dead letter's depth", e))??;
-        crate::dead_letter::depth::record(&self.dead_letter_topic, depth);
-        Ok(depth)
     }
 
     /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        crate::dead_letter::depth::watch(self.dead_letter_topic.clone(), every, move || {
+        crate::dead_letter::depth::watch(self.reader.dead_letter_topic.clone(), every, move || {
             let this = this.clone();
-            async move { this.count().await }
+            async move { DeadLetters::count(&this).await }
         })
     }
 
-    /// Every unit in the dead-letter topic, in partition then offset order. Reads from the start
-    /// of each partition to its end as it is now; consumes nothing and commits nothing.
-    pub async fn list(&self) -> Result<Vec<KafkaDeadLetter>, TransportError> {
-        let brokers = self.brokers.clone();
-        let topic = self.dead_letter_topic.clone();
-        tokio::task::spawn_blocking(move || read_all(&brokers, &topic))
+    /// Runs `read` with a reader of the brokers, off the async runtime.
+    async fn reading<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Reader) -> Result<T, TransportError> + Send + 'static,
+    ) -> Result<T, TransportError> {
+        let reader = self.reader.clone();
+        tokio::task::spawn_blocking(move || read(&reader))
             .await
             .map_err(|e| TransportError::new("reading the dead-letter topic", e))?
     }
 
-    /// Publishes the dead letters with the given ids back to the source topic — payload, key
-    /// and the unit's own headers, under the same `message-id` — each acknowledged by the broker
-    /// (`acks=all`). Kafka cannot remove a message from a topic: the dead letter keeps its copy,
-    /// and the handler's idempotence makes a second redrive harmless. Returns how many were
-    /// redriven.
-    pub async fn redrive(&self, ids: &[UnitId]) -> Result<usize, TransportError> {
-        let producer: FutureProducer = super::config(&self.brokers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", "30000")
-            .create()
-            .map_err(|e| TransportError::new("creating the Kafka producer", e))?;
-        let mut moved = 0;
-        for dead in self.list().await? {
-            if !ids.contains(&dead.id) {
-                continue;
-            }
-            let mut headers = OwnedHeaders::new_with_capacity(dead.headers.len() + 1);
-            for (name, value) in dead.headers.iter() {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value.as_ref()),
-                });
-            }
-            headers = headers.insert(Header {
-                key: crate::headers::MESSAGE_ID,
-                value: Some(dead.id.as_str()),
-            });
-            let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic)
-                .payload(dead.payload.as_ref())
-                .headers(headers);
-            if let Some(key) = &dead.key {
-                record = record.key(key.as_ref());
-            }
-            producer
-                .send(record, Duration::from_secs(10))
-                .await
-                .map_err(|(e, _)| TransportError::new("redriving a dead letter", e))?;
-            moved += 1;
-        }
-        Ok(moved)
-    }
-}
-
-fn reader(brokers: &str) -> Result<BaseConsumer, TransportError> {
-    super::config(brokers)
-        .set("group.id", "delivery-dead-letter-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        .create()
-        .map_err(|e| TransportError::new("creating the Kafka reader", e))
-}
-
-/// The partitions of `topic` and, for each, its low and high watermarks.
-fn extent(
-    consumer: &BaseConsumer,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Vec<(i32, i64, i64)>, TransportError> {
-    let metadata = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| TransportError::new("reading the dead-letter topic's metadata", e))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    partitions
-        .into_iter()
-        .map(|partition| {
-            let (low, high) = consumer
-                .fetch_watermarks(topic, partition, timeout)
-                .map_err(|e| TransportError::new("reading the dead-letter topic's offsets", e))?;
-            Ok((partition, low, high))
-        })
-        .collect()
-}
-
-fn depth(brokers: &str, topic: &str) -> Result<u64, TransportError> {
-    let consumer = reader(brokers)?;
-    let extent = extent(&consumer, topic, Duration::from_secs(10))?;
-    Ok(extent
-        .into_iter()
-        .map(|(_, low, high)| u64::try_from(high - low).unwrap_or(0))
-        .sum())
-}
-
-fn read_all(brokers: &str, topic: &str) -> Result<Vec<KafkaDeadLetter>, TransportError> {
-    let consumer = reader(brokers)?;
-    let timeout = Duration::from_secs(10);
-    let mut list = TopicPartitionList::new();
-    let mut ends = Vec::new();
-    for (partition, low, high) in extent(&consumer, topic, timeout)? {
-        if high > low {
-            list.add_partition_offset(topic, partition, Offset::Offset(low))
-                .map_err(|e| TransportError::new("listing partitions", e))?;
-            ends.push((partition, high));
-        }
-    }
-    if ends.is_empty() {
-        return Ok(Vec::new());
-    }
-    consumer
-        .assign(&list)
-        .map_err(|e| TransportError::new("assigning the dead-letter partitions", e))?;
-    // Read to each partition's end as the broker reports it, then on until nothing more arrives
-    // for a moment: a unit dead-lettered while reading is included, and a broker that
-    // under-reports its high watermark after pipelined writes (tansu 0.6 does) loses no unit.
-    const QUIET: Duration = Duration::from_millis(500);
-    let mut found = Vec::new();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut reached = vec![false; ends.len()];
-    let mut last_message = std::time::Instant::now();
-    loop {
-        let now = std::time::Instant::now();
-        if reached.iter().all(|&r| r) && now.duration_since(last_message) >= QUIET {
-            break;
-        }
-        if now > deadline {
-            return Err(TransportError::msg(
-                "reading the dead-letter topic",
-                "the end of the topic was not reached within 60 s",
-            ));
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
-            continue;
-        };
-        let message = match message {
-            Ok(message) => message,
-            // A connection the client re-establishes on its own: keep reading until the deadline.
-            Err(error) => {
-                tracing::debug!(%error, "reading the dead-letter topic");
-                continue;
-            }
-        };
-        last_message = std::time::Instant::now();
-        if let Some(at) = ends.iter().position(|&(p, _)| p == message.partition())
-            && message.offset() + 1 >= ends[at].1
-        {
-            reached[at] = true;
-        }
-        found.push(dead_letter(&message));
-    }
-    found.sort_by_key(|d| (d.partition, d.offset));
-    Ok(found)
-}
-
-fn dead_letter(message: &rdkafka::message::BorrowedMessage<'_>) -> KafkaDeadLetter {
-    let mut dead = KafkaDeadLetter {
-        id: UnitId::new(format!(
-            "{}:{}:{}",
-            message.topic(),
-            message.partition(),
-            message.offset()
-        )),
-        partition: message.partition(),
-        offset: message.offset(),
-        key: message.key().map(Bytes::copy_from_slice),
-        payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
-        headers: Headers::default(),
-        reason: None,
-        detail: None,
-        source_topic: None,
-        source_partition: None,
-        source_offset: None,
-        delivery_count: None,
-    };
-    let mut own = Vec::new();
-    if let Some(headers) = message.headers() {
-        for header in headers.iter() {
-            let value = header.value.unwrap_or_default();
+    /// The record of a stored dead letter.
+    fn record(&self, stored: &Stored) -> DeadLetter {
+        let mut count = None;
+        let mut carried_count = None;
+        let mut source = None;
+        let mut origin_offset = None;
+        let mut reason = None;
+        let mut detail = String::new();
+        let mut own = Vec::new();
+        for (name, value) in &stored.headers {
             let text = std::str::from_utf8(value).ok();
-            match header.key {
-                crate::headers::MESSAGE_ID => {
-                    if let Some(id) = text.filter(|t| !t.is_empty()) {
-                        dead.id = UnitId::from(id);
-                    }
+            match name.as_str() {
+                crate::headers::DELIVERY_COUNT => {
+                    carried_count = text.and_then(|t| t.parse::<u32>().ok());
                 }
-                crate::headers::DEAD_LETTER_REASON => {
-                    dead.reason = text.and_then(ReasonKind::parse)
+                crate::headers::DEAD_LETTER_REASON => reason = text.and_then(ReasonKind::parse),
+                crate::headers::DEAD_LETTER_DETAIL => {
+                    detail = String::from_utf8_lossy(value).into_owned();
                 }
-                crate::headers::DEAD_LETTER_DETAIL => dead.detail = text.map(str::to_owned),
-                crate::headers::DEAD_LETTER_SOURCE_TOPIC => {
-                    dead.source_topic = text.map(str::to_owned)
-                }
-                crate::headers::DEAD_LETTER_SOURCE_PARTITION => {
-                    dead.source_partition = text.and_then(|t| t.parse().ok())
-                }
+                crate::headers::DEAD_LETTER_SOURCE_TOPIC => source = text.map(str::to_owned),
                 crate::headers::DEAD_LETTER_SOURCE_OFFSET => {
-                    dead.source_offset = text.and_then(|t| t.parse().ok())
+                    origin_offset = text.and_then(|t| t.parse::<u64>().ok());
                 }
                 crate::headers::DEAD_LETTER_DELIVERY_COUNT => {
-                    dead.delivery_count = text.and_then(|t| t.parse().ok())
+                    count = text.and_then(|t| t.parse::<u32>().ok());
                 }
-                name if is_bookkeeping_header(name) || name.starts_with("x-dead-letter-") => {}
-                name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
+                name if is_own(name) => own.push((name.to_owned(), value.clone())),
+                _ => {}
             }
         }
+        let mut unit = Unit::new(
+            stored.id(&self.reader.dead_letter_topic),
+            stored.payload.clone(),
+        )
+        .with_headers(Headers::from_pairs(own))
+        .with_delivery_count(DeliveryCount::new(count.or(carried_count).unwrap_or(1)));
+        if let Some(offset) = origin_offset {
+            unit = unit.with_stamp(Stamp(offset));
+        }
+        let source = source.unwrap_or_else(|| self.topic.clone());
+        let mut record = DeadLetter::new(unit, source, stored.position.to_string());
+        record.reason = reason;
+        record.detail = detail;
+        record.dead_lettered_at = stored.timestamp;
+        record
     }
-    if !own.is_empty() {
-        dead.headers = Headers::from_pairs(own);
+
+    /// Every dead letter (not removed) with its record, in partition then offset order.
+    async fn all(&self) -> Result<Vec<(Stored, DeadLetter)>, TransportError> {
+        let stored = self
+            .reading(|reader| {
+                let removed = reader.removed()?;
+                let mut all = Vec::new();
+                reader.scan(None, &removed, |stored| {
+                    all.push(stored);
+                    true
+                })?;
+                Ok(all)
+            })
+            .await?;
+        Ok(stored
+            .into_iter()
+            .map(|s| {
+                let record = self.record(&s);
+                (s, record)
+            })
+            .collect())
     }
-    dead
+
+    /// A producer that waits for every replica (`acks=all`), one record per batch (tansu serves
+    /// nothing for a fetch that starts inside a batch).
+    fn producer(&self) -> Result<FutureProducer, TransportError> {
+        super::config(&self.reader.brokers)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("batch.num.messages", "1")
+            .set("message.timeout.ms", "30000")
+            .create()
+            .map_err(|e| TransportError::new("creating the Kafka producer", e))
+    }
+
+    /// Fails unless the removed topic exists: nothing is redriven or purged that cannot be
+    /// recorded removed.
+    async fn removed_topic_exists(&self) -> Result<(), TransportError> {
+        let exists = self
+            .reading(|reader| reader.exists(&reader.removed_topic))
+            .await?;
+        if !exists {
+            return Err(TransportError::msg(
+                "removing from the dead letter",
+                format!(
+                    "the topic `{}` that records the dead letters removed does not exist; \
+                     `KafkaTopology::declare` creates it",
+                    self.reader.removed_topic
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Records the dead letter at `position`, holding `id`, as removed (`how`: `redriven` or
+    /// `purged`), acknowledged by the broker.
+    async fn mark_removed(
+        &self,
+        producer: &FutureProducer,
+        position: Position,
+        id: &UnitId,
+        how: &str,
+    ) -> Result<(), TransportError> {
+        let key = position.to_string();
+        let value = serde_json::json!({ "id": id.as_str(), "removed": how }).to_string();
+        producer
+            .send(
+                FutureRecord::to(&self.reader.removed_topic)
+                    .key(key.as_bytes())
+                    .payload(value.as_bytes()),
+                Duration::from_secs(10),
+            )
+            .await
+            .map(drop)
+            .map_err(|(e, _)| TransportError::new("recording a dead letter removed", e))
+    }
+
+    /// Publishes the unit of `stored` (`record`) back to its source topic — key, payload, every
+    /// value of its own headers in order, its id as `message-id` — acknowledged by the broker.
+    async fn publish_back(
+        &self,
+        producer: &FutureProducer,
+        stored: &Stored,
+        record: &DeadLetter,
+    ) -> Result<(), TransportError> {
+        let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 1);
+        for (name, value) in stored.headers.iter().filter(|(name, _)| is_own(name)) {
+            out = out.insert(Header {
+                key: name.as_str(),
+                value: Some(value.as_ref()),
+            });
+        }
+        out = out.insert(Header {
+            key: crate::headers::MESSAGE_ID,
+            value: Some(record.id().as_str()),
+        });
+        let mut message = FutureRecord::<[u8], [u8]>::to(&record.source)
+            .payload(record.unit.payload().as_ref())
+            .headers(out);
+        if let Some(key) = &stored.key {
+            message = message.key(key.as_ref());
+        }
+        producer
+            .send(message, Duration::from_secs(10))
+            .await
+            .map(drop)
+            .map_err(|(e, _)| TransportError::new("redriving a dead letter", e))
+    }
+}
+
+impl DeadLetters for KafkaDeadLetters {
+    fn name(&self) -> &str {
+        &self.reader.dead_letter_topic
+    }
+
+    /// Reads the whole dead letter to count it (see the [type docs](KafkaDeadLetters)).
+    async fn count(&self) -> Result<u64, TransportError> {
+        let depth = self
+            .reading(|reader| {
+                let removed = reader.removed()?;
+                let mut depth = 0u64;
+                reader.scan(None, &removed, |_| {
+                    depth += 1;
+                    true
+                })?;
+                Ok(depth)
+            })
+            .await?;
+        crate::dead_letter::depth::record(&self.reader.dead_letter_topic, depth);
+        Ok(depth)
+    }
+
+    async fn list(&self, limit: usize, after: Option<&Cursor>) -> Result<Listing, TransportError> {
+        let from = match after {
+            None => None,
+            Some(cursor) => Some(crate::dead_letter::cursor::parse::<Position>(cursor)?.next()),
+        };
+        let (stored, more) = self
+            .reading(move |reader| {
+                let removed = reader.removed()?;
+                let mut page = Vec::new();
+                let mut more = false;
+                reader.scan(from, &removed, |stored| {
+                    if page.len() == limit {
+                        more = true;
+                        return false;
+                    }
+                    page.push(stored);
+                    true
+                })?;
+                Ok((page, more))
+            })
+            .await?;
+        let records = stored.iter().map(|s| self.record(s)).collect();
+        Ok(Listing::page(records, more))
+    }
+
+    async fn peek(&self, id: &UnitId) -> Result<Option<DeadLetter>, TransportError> {
+        let wanted = id.clone();
+        let found = self
+            .reading(move |reader| {
+                let removed = reader.removed()?;
+                let mut found = None;
+                reader.scan(None, &removed, |stored| {
+                    if stored.id(&reader.dead_letter_topic) == wanted {
+                        found = Some(stored);
+                        return false;
+                    }
+                    true
+                })?;
+                Ok(found)
+            })
+            .await?;
+        Ok(found.map(|s| self.record(&s)))
+    }
+
+    async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
+        self.removed_topic_exists().await?;
+        let producer = self.producer()?;
+        let mut redriven = Vec::new();
+        for (stored, record) in self.all().await? {
+            if !selection.contains(record.id()) {
+                continue;
+            }
+            self.publish_back(&producer, &stored, &record).await?;
+            self.mark_removed(&producer, stored.position, record.id(), "redriven")
+                .await
+                .map_err(|e| {
+                    TransportError::msg(
+                        "redriving",
+                        format!(
+                            "{} is back in `{}` but was not recorded removed ({e}); it is in both",
+                            record.id(),
+                            record.source
+                        ),
+                    )
+                })?;
+            redriven.push(record.id().clone());
+        }
+        Ok(RedriveReport::of(selection, redriven))
+    }
+
+    /// Records every dead letter of each of `ids` removed (see the [type docs](KafkaDeadLetters)).
+    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
+        self.removed_topic_exists().await?;
+        let producer = self.producer()?;
+        let mut removed = 0;
+        for (stored, record) in self.all().await? {
+            if ids.contains(record.id()) {
+                self.mark_removed(&producer, stored.position, record.id(), "purged")
+                    .await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// Whether a header is one of the unit's own, not this transport's bookkeeping or the dead
+/// letter's.
+fn is_own(name: &str) -> bool {
+    !is_bookkeeping_header(name) && !crate::headers::is_dead_letter(name)
+}
+
+/// Where a record stands in a topic: `<partition>:<offset>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Position {
+    partition: i32,
+    offset: i64,
+}
+
+impl Position {
+    /// The position right after this one in its partition.
+    fn next(self) -> Position {
+        Position {
+            offset: self.offset.saturating_add(1),
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for Position {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.partition, self.offset)
+    }
+}
+
+impl FromStr for Position {
+    type Err = std::num::ParseIntError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (partition, offset) = s.split_once(':').unwrap_or((s, ""));
+        Ok(Position {
+            partition: partition.parse()?,
+            offset: offset.parse()?,
+        })
+    }
+}
+
+/// A record of the dead-letter topic as stored: every header, in order.
+struct Stored {
+    position: Position,
+    key: Option<Bytes>,
+    payload: Bytes,
+    headers: Vec<(String, Bytes)>,
+    timestamp: Option<SystemTime>,
+}
+
+impl Stored {
+    fn of(message: &BorrowedMessage<'_>) -> Stored {
+        let headers = message
+            .headers()
+            .map(|headers| {
+                headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            Bytes::copy_from_slice(h.value.unwrap_or_default()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Stored {
+            position: Position {
+                partition: message.partition(),
+                offset: message.offset(),
+            },
+            key: message.key().map(Bytes::copy_from_slice),
+            payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+            headers,
+            timestamp: message
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms)),
+        }
+    }
+
+    /// The unit's id: its `message-id` header, else `<dead-letter topic>:<partition>:<offset>`.
+    fn id(&self, dead_letter_topic: &str) -> UnitId {
+        self.headers
+            .iter()
+            .rev()
+            .find(|(name, _)| name == crate::headers::MESSAGE_ID)
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .filter(|id| !id.is_empty())
+            .map_or_else(
+                || UnitId::new(format!("{dead_letter_topic}:{}", self.position)),
+                UnitId::from,
+            )
+    }
+}
+
+/// The dead letters removed, by position: the unit each held.
+type Removed = HashMap<Position, String>;
+
+/// What a removal record holds.
+#[derive(serde::Deserialize)]
+struct Removal {
+    id: String,
+}
+
+/// Reads the dead-letter and removed topics, consuming nothing and committing nothing.
+#[derive(Clone, Debug)]
+struct Reader {
+    brokers: String,
+    dead_letter_topic: String,
+    removed_topic: String,
+}
+
+/// How long a read waits for the brokers before it fails.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Reader {
+    /// A consumer that reports the end of each partition it reads, and starts a partition whose
+    /// earlier records are gone at the earliest one left.
+    fn consumer(&self) -> Result<BaseConsumer, TransportError> {
+        super::config(&self.brokers)
+            .set("group.id", "delivery-dead-letter-reader")
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("auto.offset.reset", "earliest")
+            // A fetch at a partition's end returns at once: the read stops there.
+            .set("fetch.wait.max.ms", "10")
+            .create()
+            .map_err(|e| TransportError::new("creating the Kafka reader", e))
+    }
+
+    /// The partitions of `topic`, in order; none if the topic does not exist.
+    fn partitions(&self, consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>, TransportError> {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(|e| TransportError::new("reading a topic's metadata", e))?;
+        let mut partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        partitions.sort_unstable();
+        Ok(partitions)
+    }
+
+    /// Whether `topic` exists.
+    fn exists(&self, topic: &str) -> Result<bool, TransportError> {
+        Ok(!self.partitions(&self.consumer()?, topic)?.is_empty())
+    }
+
+    /// Every record of `topic` from `from` on (from the start when `None`), in partition then
+    /// offset order, handed to `visit` until it returns `false`.
+    ///
+    /// Each partition is read to the end its fetches report (the broker's high watermark when it
+    /// answers the fetch), not to the end a `ListOffsets` request reports, which tansu 0.6
+    /// under-reports after pipelined writes.
+    fn read(
+        &self,
+        topic: &str,
+        from: Option<Position>,
+        mut visit: impl FnMut(&BorrowedMessage<'_>) -> bool,
+    ) -> Result<(), TransportError> {
+        let consumer = self.consumer()?;
+        for partition in self.partitions(&consumer, topic)? {
+            let start = match from {
+                Some(from) if partition < from.partition => continue,
+                Some(from) if partition == from.partition => Offset::Offset(from.offset),
+                _ => Offset::Beginning,
+            };
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(topic, partition, start)
+                .map_err(|e| TransportError::new("assigning a partition", e))?;
+            consumer
+                .assign(&list)
+                .map_err(|e| TransportError::new("assigning a partition", e))?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if std::time::Instant::now() > deadline {
+                    return Err(TransportError::msg(
+                        "reading a topic",
+                        format!(
+                            "the end of `{topic}` partition {partition} was not reached within 60 s"
+                        ),
+                    ));
+                }
+                let message = match consumer.poll(Duration::from_millis(100)) {
+                    None => continue,
+                    Some(Ok(message)) => message,
+                    Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
+                    // A connection the client re-establishes on its own: read on until the
+                    // deadline.
+                    Some(Err(error)) => {
+                        tracing::debug!(%error, topic, "reading a topic");
+                        continue;
+                    }
+                };
+                if message.topic() != topic || message.partition() != partition {
+                    continue;
+                }
+                if !visit(&message) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The dead letters removed, as the removed topic records them.
+    fn removed(&self) -> Result<Removed, TransportError> {
+        let mut removed = Removed::new();
+        self.read(&self.removed_topic, None, |message| {
+            let position = message
+                .key()
+                .and_then(|k| std::str::from_utf8(k).ok())
+                .and_then(|k| k.parse::<Position>().ok());
+            let removal = message
+                .payload()
+                .and_then(|p| serde_json::from_slice::<Removal>(p).ok());
+            if let (Some(position), Some(removal)) = (position, removal) {
+                removed.insert(position, removal.id);
+            }
+            true
+        })?;
+        Ok(removed)
+    }
+
+    /// The dead letters from `from` on that are not `removed`, handed to `visit` until it returns
+    /// `false`.
+    fn scan(
+        &self,
+        from: Option<Position>,
+        removed: &Removed,
+        mut visit: impl FnMut(Stored) -> bool,
+    ) -> Result<(), TransportError> {
+        self.read(&self.dead_letter_topic, from, |message| {
+            let stored = Stored::of(message);
+            if removed
+                .get(&stored.position)
+                .is_some_and(|id| stored.id(&self.dead_letter_topic).as_str() == id)
+            {
+                return true;
+            }
+            visit(stored)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_is_written_and_read_back_as_partition_and_offset() {
+        let position = Position {
+            partition: 2,
+            offset: 17,
+        };
+        assert_eq!(position.to_string(), "2:17");
+        assert_eq!("2:17".parse::<Position>(), Ok(position));
+        assert_eq!(position.next().to_string(), "2:18");
+        for bad in ["", "2", "2:", ":17", "a:1", "1:b", "1:2:3"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad}");
+        }
+        let cursor = Cursor::new("x");
+        assert!(crate::dead_letter::cursor::parse::<Position>(&cursor).is_err());
+    }
 }

@@ -35,6 +35,11 @@
 //!   [`crate::headers::DEAD_LETTER_SOURCE_OFFSET`] — where it was first read, also for a unit that went
 //!   through the retry topic) and [`crate::headers::DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
 //!   acknowledged it is its offset final.
+//! - **Operator side**: [`KafkaDeadLetters`] is the dead-letter topic's
+//!   [`DeadLetters`](crate::DeadLetters): count, list, peek, redrive to the source topic under the
+//!   same id, purge. Kafka removes no single record, so the records an operator redrove or purged
+//!   are recorded in a compacted topic of their own
+//!   ([`KafkaTopology::removed_topic_name`]) and no longer listed or counted.
 //! - **Rebalance**: a revoked partition's watermark is dropped after its final prefix is committed;
 //!   units still in flight for it are never committed by this consumer, and the new owner receives
 //!   them again from the committed offset — the idempotent handler makes that harmless (rule 3).
@@ -76,7 +81,7 @@ pub(crate) mod sink;
 mod source;
 mod topology;
 
-pub use dead_letter::{KafkaDeadLetter, KafkaDeadLetters};
+pub use dead_letter::KafkaDeadLetters;
 pub use settle::KafkaHandle;
 pub use sink::KafkaSink;
 pub use source::KafkaSource;

@@ -28,6 +28,7 @@ use crate::transport::TransportError;
 /// ).unwrap();
 /// assert_eq!(topology.retry_topic_name(), "orders.retry");
 /// assert_eq!(topology.dead_letter_topic_name(), "orders.dlq");
+/// assert_eq!(topology.removed_topic_name(), "orders.dlq.removed");
 /// assert_eq!(topology.delivery_bound().get(), 4);
 /// assert_eq!(topology.partitions, 3);
 /// ```
@@ -45,6 +46,11 @@ pub struct KafkaTopology {
     /// The dead-letter topic. Default `<topic>.dlq`.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
+    /// Where the operator's view records the dead letters it removed (redriven or purged), since
+    /// Kafka removes no single record from the dead-letter topic
+    /// ([`KafkaDeadLetters`](super::KafkaDeadLetters)). Default `<dead-letter topic>.removed`.
+    #[serde(default)]
+    pub removed_topic: Option<String>,
     /// Partitions of each topic [`declare`](Self::declare) creates. Default 3.
     #[serde(default = "default_partitions")]
     pub partitions: i32,
@@ -110,6 +116,7 @@ impl KafkaTopology {
             group: group.into(),
             retry_topic: None,
             dead_letter_topic: None,
+            removed_topic: None,
             partitions: default_partitions(),
             replication: default_replication(),
             max_deliveries: default_max_deliveries(),
@@ -128,6 +135,12 @@ impl KafkaTopology {
     /// Sets the dead-letter topic's name.
     pub fn dead_letter_topic(mut self, name: impl Into<String>) -> Self {
         self.dead_letter_topic = Some(name.into());
+        self
+    }
+
+    /// Sets the name of the topic that records the dead letters removed.
+    pub fn removed_topic(mut self, name: impl Into<String>) -> Self {
+        self.removed_topic = Some(name.into());
         self
     }
 
@@ -179,6 +192,13 @@ impl KafkaTopology {
             .unwrap_or_else(|| format!("{}.dlq", self.topic))
     }
 
+    /// The name of the topic that records the dead letters removed.
+    pub fn removed_topic_name(&self) -> String {
+        self.removed_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.removed", self.dead_letter_topic_name()))
+    }
+
     /// The declared bound.
     pub fn delivery_bound(&self) -> NonZeroU32 {
         NonZeroU32::new(self.max_deliveries).unwrap_or(NonZeroU32::MIN)
@@ -195,7 +215,8 @@ impl KafkaTopology {
     }
 
     /// Creates the source, retry and dead-letter topics at `brokers` (a bootstrap list such as
-    /// `127.0.0.1:9092`), each with [`partitions`](Self::partitions) partitions. Topics that
+    /// `127.0.0.1:9092`), each with [`partitions`](Self::partitions) partitions, and the
+    /// [removed topic](Self::removed_topic_name) with one partition, compacted. Topics that
     /// already exist are left as they are. Brokers that do not create topics on first use (tansu,
     /// most managed Kafka) need this before anything is published.
     ///
@@ -215,15 +236,15 @@ impl KafkaTopology {
             self.retry_topic_name(),
             self.dead_letter_topic_name(),
         ];
+        let replication = || TopicReplication::Fixed(self.replication.max(1));
+        let removed = self.removed_topic_name();
         let topics: Vec<NewTopic<'_>> = names
             .iter()
-            .map(|name| {
-                NewTopic::new(
-                    name,
-                    self.partitions.max(1),
-                    TopicReplication::Fixed(self.replication.max(1)),
-                )
-            })
+            .map(|name| NewTopic::new(name, self.partitions.max(1), replication()))
+            .chain([
+                // One small record per removal, keyed by position: compacted, never trimmed.
+                NewTopic::new(&removed, 1, replication()).set("cleanup.policy", "compact"),
+            ])
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
         let results = admin
