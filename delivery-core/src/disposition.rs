@@ -62,7 +62,6 @@ impl Outcome {
 
 /// What the runtime does with a unit.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Disposition {
     /// Acknowledge: the effect is committed.
     Ack,
