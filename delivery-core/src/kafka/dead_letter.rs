@@ -174,16 +174,9 @@ impl KafkaDeadLetters {
             .collect())
     }
 
-    /// A producer that waits for every replica (`acks=all`), one record per batch (tansu serves
-    /// nothing for a fetch that starts inside a batch).
+    /// A confirmed producer, one record per batch (see `publish.rs`).
     fn producer(&self) -> Result<FutureProducer, TransportError> {
-        super::config(&self.reader.brokers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("batch.num.messages", "1")
-            .set("message.timeout.ms", "30000")
-            .create()
-            .map_err(|e| TransportError::new("creating the Kafka producer", e))
+        super::publish::one_record_per_batch(&self.reader.brokers)
     }
 
     /// Fails unless the removed topic exists: nothing is redriven or purged that cannot be

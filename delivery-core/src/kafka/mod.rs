@@ -76,6 +76,7 @@
 mod book;
 mod codec;
 mod dead_letter;
+mod publish;
 mod settle;
 pub(crate) mod sink;
 mod source;

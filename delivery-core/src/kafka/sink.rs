@@ -174,13 +174,9 @@ impl KafkaSink {
         let timeout = delivery_timeout(&config)?;
         let millis = timeout.as_millis().to_string();
         config
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            // Both spellings, so neither can contradict the other.
-            .set("request.required.acks", "all")
             .set("message.timeout.ms", millis.as_str())
             .set("delivery.timeout.ms", millis);
-        let producer = create(&config)?;
+        let producer = super::publish::confirmed(&mut config)?;
         Ok(KafkaSink {
             shared: Arc::new(Shared {
                 config,
@@ -268,7 +264,7 @@ impl KafkaSink {
         if !Arc::ptr_eq(&current, used) {
             return;
         }
-        match create(&self.shared.config) {
+        match super::publish::confirmed(&mut self.shared.config.clone()) {
             Ok(fresh) => {
                 debug!(?code, reason, "the producer hit a fatal error; replaced it");
                 let retired = std::mem::replace(&mut *current, Arc::new(fresh));
@@ -340,12 +336,6 @@ async fn produce(producer: &FutureProducer, record: &Record) -> Result<(i32, i64
         // The producer is held above, so its reports cannot be dropped; answered all the same.
         Err(_) => Err(Undelivered::Report(KafkaError::Canceled)),
     }
-}
-
-fn create(config: &ClientConfig) -> Result<FutureProducer, TransportError> {
-    config
-        .create()
-        .map_err(|e| TransportError::new("creating the Kafka producer", e))
 }
 
 /// `message.timeout.ms` (or `delivery.timeout.ms`) as given, else the default; never `0`.

@@ -187,17 +187,7 @@ impl KafkaSource {
         consumer
             .subscribe(&[&topic, &retry_topic])
             .map_err(|e| TransportError::new("subscribing to the Kafka topics", e))?;
-        let producer: FutureProducer = super::config(brokers)
-            .set("acks", "all")
-            .set("enable.idempotence", "true")
-            .set("linger.ms", "1")
-            // One unit per record batch. The retry and dead-letter topics carry few units, and a
-            // consumer restarted from an offset inside a batch is then served by every broker:
-            // tansu 0.6 returns nothing for a fetch that starts inside a batch.
-            .set("batch.num.messages", "1")
-            .set("message.timeout.ms", "30000")
-            .create()
-            .map_err(|e| TransportError::new("creating the Kafka producer", e))?;
+        let producer = super::publish::one_record_per_batch(brokers)?;
         let shared = Arc::new(Shared {
             consumer,
             producer,
