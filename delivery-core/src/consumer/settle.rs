@@ -141,6 +141,17 @@ pub(crate) fn past_the_bound(unit: &Unit, policy: &RedeliveryPolicy) -> (Outcome
     )
 }
 
+/// A return a transport carried out after its wait, on its own (RabbitMQ, which has no delayed
+/// redelivery of its own), that failed: logged and counted here, with every other settle failure.
+/// The mechanism delivers the unit again.
+#[cfg(feature = "lapin")]
+#[cold]
+pub(crate) fn late_return_failed(source: &str, unit: &crate::unit::UnitId, error: &TransportError) {
+    metrics::counter!("delivery_settle_failed_total", "source" => source.to_owned()).increment(1);
+    tracing::warn!(unit.id = %unit, source, %error,
+        "could not return the unit after its backoff; the broker will deliver it again");
+}
+
 /// Logs the disposition once and counts it. A carried-out acknowledgement, the common case, is
 /// handled inline; everything else (with its larger log records) out of line.
 #[inline(always)]

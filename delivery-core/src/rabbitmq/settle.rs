@@ -84,9 +84,7 @@ impl Settle for RabbitHandle {
                     () = shared.closing.cancelled() => {}
                 }
                 if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
-                    tracing::warn!(unit.id = %unit.id(), queue = shared.queue, %error, "could not return the unit after its backoff");
-                    metrics::counter!("delivery_settle_failed_total", "source" => shared.queue.clone())
-                        .increment(1);
+                    crate::consumer::settle::late_return_failed(&shared.queue, unit.id(), &error);
                 }
             });
             return Ok(());
@@ -108,9 +106,7 @@ impl Settle for RabbitHandle {
                 () = closing.cancelled() => {}
             }
             if let Err(error) = requeue(&acker).await {
-                tracing::warn!(unit.id = %id, queue, %error, "could not return the unit after its backoff");
-                metrics::counter!("delivery_settle_failed_total", "source" => queue)
-                    .increment(1);
+                crate::consumer::settle::late_return_failed(&queue, &id, &error);
             }
         });
         Ok(())
