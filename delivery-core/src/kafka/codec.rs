@@ -1,7 +1,6 @@
 //! The wire format of a Kafka record: the unit's id, headers, carried count, due time and
 //! origin, read from its headers.
 
-use super::is_bookkeeping_header;
 use crate::unit::{Headers, UnitId};
 use bytes::Bytes;
 use rdkafka::Message;
@@ -54,7 +53,7 @@ impl Read {
                 crate::headers::ORIGIN_TOPIC => topic = text.map(str::to_owned),
                 crate::headers::ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
                 crate::headers::ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
-                name if is_bookkeeping_header(name) => {}
+                name if crate::headers::is_bookkeeping(name) => {}
                 name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
             }
         }

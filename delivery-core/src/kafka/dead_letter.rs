@@ -13,7 +13,6 @@ use rdkafka::message::{BorrowedMessage, Header, Headers as _, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::is_bookkeeping_header;
 use super::topology::KafkaTopology;
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
@@ -365,7 +364,7 @@ impl DeadLetters for KafkaDeadLetters {
 /// Whether a header is one of the unit's own, not this transport's bookkeeping or the dead
 /// letter's.
 fn is_own(name: &str) -> bool {
-    !is_bookkeeping_header(name) && !crate::headers::is_dead_letter(name)
+    !crate::headers::is_bookkeeping(name) && !crate::headers::is_dead_letter(name)
 }
 
 /// Where a record stands in a topic: `<partition>:<offset>`.

@@ -94,11 +94,6 @@ pub use ::rdkafka as client;
 
 use rdkafka::ClientConfig;
 
-/// The headers this transport writes for its own bookkeeping; they are not the unit's headers.
-fn is_bookkeeping_header(name: &str) -> bool {
-    name == crate::headers::MESSAGE_ID || name.starts_with("x-delivery-")
-}
-
 /// A client configuration for `brokers` with what every client of this module shares.
 fn config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();

@@ -6,11 +6,6 @@ use bytes::Bytes;
 
 use crate::unit::{Headers, UnitId};
 
-/// The headers this transport adds to a dead letter, which a redrive removes.
-pub(crate) fn is_dead_letter_header(name: &str) -> bool {
-    name.starts_with("x-dead-letter-")
-}
-
 /// The unit's id: its producer's `Nats-Msg-Id`, else `<stream>:<sequence>`.
 pub(crate) fn unit_id(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> UnitId {
     match headers.and_then(|h| h.get_last(NATS_MESSAGE_ID)) {
@@ -110,7 +105,7 @@ pub(crate) fn without_dead_letter_headers(headers: Option<&HeaderMap>) -> Header
     let mut out = HeaderMap::new();
     if let Some(headers) = headers {
         for (name, values) in headers.iter() {
-            if is_dead_letter_header(AsRef::<str>::as_ref(name)) {
+            if crate::headers::is_dead_letter(AsRef::<str>::as_ref(name)) {
                 continue;
             }
             for value in values {

@@ -97,7 +97,7 @@ fn headers_where(headers: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> H
 /// Headers the broker or this transport set along the way, which are not part of the unit.
 pub(crate) fn is_transport_header(name: &str) -> bool {
     name == crate::headers::DELIVERY_COUNT
-        || name.starts_with("x-dead-letter-")
+        || crate::headers::is_dead_letter(name)
         || name == "x-death"
         || name.starts_with("x-first-death-")
         || name.starts_with("x-last-death-")
