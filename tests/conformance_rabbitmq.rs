@@ -245,3 +245,103 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
     let _ = connection.close(200, "ok".into()).await;
     rabbit.delete(&topology).await;
 }
+
+/// Fails a first delivery, signalling each run.
+#[delivery::consumer]
+async fn fails_first(
+    delivery::State(seen): delivery::State<std::sync::Arc<tokio::sync::Notify>>,
+    count: delivery::DeliveryCount,
+) -> Result<(), delivery::HandlerError> {
+    seen.notify_one();
+    if count.get() == 1 {
+        return Err(delivery::HandlerError::retry("fails on its first delivery"));
+    }
+    Ok(())
+}
+
+/// RabbitMQ has no delayed requeue, so the runtime holds a failed unit for its backoff. Stopped
+/// meanwhile, it gives the unit back before `run` returns — not after, not never — counts it once
+/// in the report, and the broker counts one delivery: the next consumer sees count 2.
+async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
+    use delivery::{Backoff, Consumer};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let name = "held";
+    rabbit.declare(name, 5).await;
+    rabbit.publish(name, Unit::new("held-1", "{}")).await;
+    let seen = Arc::new(tokio::sync::Notify::new());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(
+        Consumer::new(rabbit.consume(name).await)
+            .state(seen.clone())
+            .backoff(Backoff::exponential(
+                Duration::from_secs(600),
+                Duration::from_secs(600),
+            ))
+            .shutdown_on(async move {
+                let _ = stopped.await;
+            })
+            .run(fails_first),
+    );
+    seen.notified().await;
+    stop.send(()).unwrap();
+    // A hang here would be a return waiting out its 10 minutes at shutdown.
+    let report = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .expect("shutdown does not wait out a backoff")
+        .unwrap();
+    assert_eq!(report.returned, 1, "{report:?}");
+    assert_eq!(report.acked + report.settle_failed, 0, "{report:?}");
+    let topology = rabbit.topology(name);
+    let connection = Connection::connect(&rabbit.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let ready = channel
+        .queue_declare(
+            topology.queue.as_str().into(),
+            delivery::lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap()
+        .message_count();
+    assert_eq!(ready, 1, "given back before `run` returned");
+    let _ = connection.close(200, "ok".into()).await;
+
+    let report = Consumer::new(rabbit.consume(name).await)
+        .state(seen.clone())
+        .shutdown_on(async move {
+            seen.notified().await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        })
+        .run(counts_second)
+        .await;
+    assert_eq!(report.acked, 1, "the second delivery counted 2: {report:?}");
+}
+
+/// Applies only a second delivery.
+#[delivery::consumer]
+async fn counts_second(
+    delivery::State(seen): delivery::State<std::sync::Arc<tokio::sync::Notify>>,
+    count: delivery::DeliveryCount,
+) -> Result<(), delivery::HandlerError> {
+    seen.notify_one();
+    if count.get() != 2 {
+        return Err(delivery::HandlerError::reject(format!(
+            "delivery {count}, not 2"
+        )));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_return_is_given_back_at_shutdown_quorum_and_classic() {
+    for rabbit in [Rabbit::new().await, Rabbit::classic().await] {
+        a_held_return_is_given_back_at_shutdown(&rabbit).await;
+        rabbit.cleanup().await;
+    }
+}

@@ -47,6 +47,7 @@ mod pace;
 pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod runtime;
 pub mod testing;
 pub mod transport;
 pub mod unit;

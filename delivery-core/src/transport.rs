@@ -39,6 +39,15 @@ pub trait Source: Send + 'static {
 
     /// A name for logs and metrics: the queue, stream or topic.
     fn name(&self) -> &str;
+
+    /// Stops taking deliveries (a broker subscription is cancelled), called once by the runtime
+    /// at shutdown, after its last `receive` and before it gives back the units it still holds
+    /// (see [`Settle::DELAYS_REDELIVERY`]): they then go to another consumer, not back to this
+    /// one on its way out. Units already delivered and not yet received stay the source's to hand
+    /// back when it is dropped. Nothing by default.
+    fn stop(&mut self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// The handle of one delivered unit: the only thing that can acknowledge it. The runtime holds it
@@ -56,11 +65,20 @@ pub trait Source: Send + 'static {
     note = "a transport's handle implements `Settle` with its primitives: `ack`, `give_back`, `copy_to_dead_letter`"
 )]
 pub trait Settle: Sized + Send + 'static {
+    /// Whether [`give_back`](Settle::give_back) delays the redelivery itself (a stream's pending
+    /// entry left to idle, JetStream's `NAK` with a delay, the in-memory broker). A mechanism
+    /// that cannot says `false` (RabbitMQ has no delayed requeue): the runtime then holds the
+    /// unit for the wait itself — its handle kept, no place of the consumer's concurrency taken —
+    /// and calls `give_back` with a zero wait when it is over, or at once at shutdown. The unit
+    /// is counted returned only then, once it was.
+    const DELAYS_REDELIVERY: bool = true;
+
     /// Acknowledges the unit: its effect is committed, and the mechanism forgets it.
     fn ack(self, unit: &Unit) -> impl Future<Output = Result<(), TransportError>> + Send;
 
     /// Hands the unit back so the mechanism delivers it again no sooner than `after` (as near
-    /// as the mechanism allows), counting the delivery.
+    /// as the mechanism allows), counting the delivery. `after` is always zero where
+    /// [`DELAYS_REDELIVERY`](Settle::DELAYS_REDELIVERY) is `false`.
     fn give_back(
         self,
         unit: &Unit,

@@ -38,14 +38,12 @@ pub(crate) mod settle;
 
 use std::future::Future;
 use std::num::NonZeroU32;
-use std::pin::Pin;
 use std::time::Duration;
 
 use crate::disposition::{Backoff, RedeliveryPolicy};
 use crate::handler::Handler;
+use crate::runtime::Stop;
 use crate::transport::Source;
-
-pub(crate) type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Runs a handler over a [`Source`]. Settings have defaults; see each method.
 #[must_use = "a consumer does nothing until `.run(handler)` is awaited"]
@@ -55,8 +53,7 @@ pub struct Consumer<Src, S = ()> {
     concurrency: usize,
     max_deliveries: Option<NonZeroU32>,
     backoff: Backoff,
-    shutdown: Option<Shutdown>,
-    drain_deadline: Duration,
+    stop: Stop,
 }
 
 /// What a run of a consumer did, counted when it stops.
@@ -82,8 +79,7 @@ impl<Src: Source> Consumer<Src, ()> {
             concurrency: 16,
             max_deliveries: None,
             backoff: Backoff::default(),
-            shutdown: None,
-            drain_deadline: Duration::from_secs(30),
+            stop: Stop::new(Duration::from_secs(30)),
         }
     }
 }
@@ -97,8 +93,7 @@ impl<Src: Source, S> Consumer<Src, S> {
             concurrency: self.concurrency,
             max_deliveries: self.max_deliveries,
             backoff: self.backoff,
-            shutdown: self.shutdown,
-            drain_deadline: self.drain_deadline,
+            stop: self.stop,
         }
     }
 
@@ -124,13 +119,13 @@ impl<Src: Source, S> Consumer<Src, S> {
     /// Stops the consumer when `signal` completes: no new unit is received, units in flight finish
     /// within the [drain deadline](Self::drain_deadline), and the rest are returned.
     pub fn shutdown_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
-        self.shutdown = Some(Box::pin(signal));
+        self.stop.on(signal);
         self
     }
 
     /// How long units in flight may run after shutdown before they are returned (default 30 s).
     pub fn drain_deadline(mut self, deadline: Duration) -> Self {
-        self.drain_deadline = deadline;
+        self.stop.drain_within(deadline);
         self
     }
 

@@ -7,7 +7,6 @@
 //! in flight at all.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,11 +15,12 @@ use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
-use super::settle::{self, Counters, Settled};
-use super::{Consumer, Report, Shutdown};
+use super::settle::{self, Counters, Holds, Settled};
+use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::pace::Retry;
+use crate::runtime::{Guarded, Shutdown, place_for};
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -34,6 +34,7 @@ struct Env<'a, S, H> {
     state: &'a S,
     policy: &'a RedeliveryPolicy,
     counters: &'a Counters,
+    holds: &'a Holds,
     drain_deadline: Duration,
 }
 
@@ -48,18 +49,19 @@ where
         mut source,
         state,
         concurrency,
-        shutdown,
-        drain_deadline,
+        stop,
         ..
     } = consumer;
+    let (mut shutdown, drain_deadline) = stop.into_parts();
     let counters = Counters::new(source.name());
-    let mut shutdown = shutdown.unwrap_or_else(|| Box::pin(std::future::pending()));
+    let holds = Holds::default();
     let mut report = Report::default();
     let env = Env {
         handler: &handler,
         state: &state,
         policy: &policy,
         counters: &counters,
+        holds: &holds,
         drain_deadline,
     };
 
@@ -74,6 +76,7 @@ where
     } else {
         several_at_once(&mut source, &env, concurrency, &mut shutdown, &mut report).await;
     }
+    holds.release(&mut report).await;
     tracing::info!(source = source.name(), ?report, "consumer stopped");
     report
 }
@@ -124,7 +127,14 @@ async fn one_at_a_time<Src, S, H>(
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             count(
                 report,
-                settle::apply!(handle, &unit, &outcome, &disposition, env.counters),
+                settle::apply!(
+                    handle,
+                    &unit,
+                    &outcome,
+                    &disposition,
+                    env.counters,
+                    env.holds
+                ),
             );
             continue;
         }
@@ -153,13 +163,21 @@ async fn one_at_a_time<Src, S, H>(
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         count(
             report,
-            settle::apply!(handle, &unit, &outcome, &disposition, env.counters),
+            settle::apply!(
+                handle,
+                &unit,
+                &outcome,
+                &disposition,
+                env.counters,
+                env.holds
+            ),
         );
         if stopping {
             break;
         }
     }
     tracing::info!(source = source.name(), in_flight = 0, "consumer stopping");
+    source.stop().await;
 }
 
 /// Concurrency above 1. A unit's run is first polled in place, in a box kept from one unit to the
@@ -242,6 +260,7 @@ async fn several_at_once<Src, S, H>(
         in_flight = inflight.len(),
         "consumer stopping"
     );
+    source.stop().await;
     let deadline = tokio::time::sleep(env.drain_deadline);
     let mut deadline = pin!(deadline);
     let mut abandoned = false;
@@ -360,57 +379,6 @@ impl<F: Future> Future for UnlessShutdown<'_, F> {
     }
 }
 
-/// The run of a unit's handler. Its first poll resolves the parameters (extractors are user code
-/// too) and makes the handler's future right in the place pinned for it; every poll is inside one
-/// `catch_unwind`, so a panic anywhere in the run is its outcome.
-struct Guarded<'a, F, M> {
-    make: Option<M>,
-    call: Pin<&'a mut Option<F>>,
-}
-
-impl<'a, F, M: FnOnce() -> F> Guarded<'a, F, M> {
-    #[inline(always)]
-    fn new(make: M, call: Pin<&'a mut Option<F>>) -> Self {
-        Guarded {
-            make: Some(make),
-            call,
-        }
-    }
-}
-
-impl<F, M> Future for Guarded<'_, F, M>
-where
-    F: Future<Output = Outcome>,
-    M: FnOnce() -> F + Unpin,
-{
-    type Output = Outcome;
-
-    #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
-        let this = &mut *self;
-        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            if let Some(make) = this.make.take() {
-                this.call.set(Some(make()));
-            }
-            match this.call.as_mut().as_pin_mut() {
-                Some(call) => call.poll(cx),
-                None => unreachable!("the handler's future is made on the first poll"),
-            }
-        }));
-        match polled {
-            Ok(poll) => poll,
-            Err(panic) => Poll::Ready(Outcome::panicked(&*panic)),
-        }
-    }
-}
-
-/// An empty place for the future `make` returns (`make` is not called): the handler's future has
-/// no type the loop can name.
-#[inline(always)]
-fn place_for<F>(_make: &impl FnOnce() -> F) -> Option<F> {
-    None
-}
-
 #[inline]
 fn count(report: &mut Report, settled: Settled) {
     match settled {
@@ -418,6 +386,8 @@ fn count(report: &mut Report, settled: Settled) {
         Settled::Returned => report.returned += 1,
         Settled::DeadLettered => report.dead_lettered += 1,
         Settled::Failed => report.settle_failed += 1,
+        // Counted once it is given back, by `Holds::release`.
+        Settled::Held => {}
     }
 }
 
@@ -428,7 +398,8 @@ async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Se
     let returned = Disposition::Return {
         after: Duration::ZERO,
     };
-    settle::apply!(handle, unit, &outcome, &returned, counters)
+    let result = settle::carry_out(handle, unit, &returned).await;
+    settle::record(result, unit, &outcome, &returned, counters)
 }
 
 /// One unit of a consumer running several at once: run the handler (a panic is a failure), then
@@ -451,7 +422,14 @@ where
     async move {
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
-            return settle::apply!(handle, &unit, &outcome, &disposition, env.counters);
+            return settle::apply!(
+                handle,
+                &unit,
+                &outcome,
+                &disposition,
+                env.counters,
+                env.holds
+            );
         }
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
@@ -466,6 +444,13 @@ where
             },
         };
         let disposition = settle::disposition(&outcome, &unit, env.policy);
-        settle::apply!(handle, &unit, &outcome, &disposition, env.counters)
+        settle::apply!(
+            handle,
+            &unit,
+            &outcome,
+            &disposition,
+            env.counters,
+            env.holds
+        )
     }
 }

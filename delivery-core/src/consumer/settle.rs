@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
+use std::sync::{Mutex, PoisonError};
+
 use metrics::Counter;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
@@ -20,9 +24,12 @@ pub(crate) enum Settled {
     DeadLettered,
     /// The transport could not carry out the disposition; the mechanism redelivers the unit.
     Failed,
+    /// A return the runtime holds for its wait ([`Holds`]); counted when it is given back.
+    Held,
 }
 
 /// Counters registered once per run, so the hot path only increments.
+#[derive(Clone)]
 pub(crate) struct Counters {
     acked: Counter,
     returned: Counter,
@@ -68,15 +75,30 @@ pub(crate) fn disposition(
 /// acknowledgement itself: a function here would add a state machine of its own, set up and torn
 /// down per unit. Everything but an acknowledgement goes through [`carry_out`].
 macro_rules! apply {
-    ($handle:expr, $unit:expr, $outcome:expr, $disposition:expr, $counters:expr $(,)?) => {{
-        let (unit, disposition) = ($unit, $disposition);
-        let result = match disposition {
-            $crate::disposition::Disposition::Ack => {
-                $crate::transport::Settle::ack($handle, unit).await
+    ($handle:expr, $unit:expr, $outcome:expr, $disposition:expr, $counters:expr, $holds:expr $(,)?) => {{
+        let (handle, unit, outcome, disposition) = ($handle, $unit, $outcome, $disposition);
+        match disposition {
+            $crate::disposition::Disposition::Ack => $crate::consumer::settle::record(
+                $crate::transport::Settle::ack(handle, unit).await,
+                unit,
+                outcome,
+                disposition,
+                $counters,
+            ),
+            $crate::disposition::Disposition::Return { after }
+                if !after.is_zero() && !$crate::consumer::settle::delays_redelivery(&handle) =>
+            {
+                $holds.hold(handle, unit, outcome, *after, $counters);
+                $crate::consumer::settle::Settled::Held
             }
-            _ => $crate::consumer::settle::carry_out($handle, unit, disposition).await,
-        };
-        $crate::consumer::settle::record(result, unit, $outcome, disposition, $counters)
+            _ => $crate::consumer::settle::record(
+                $crate::consumer::settle::carry_out(handle, unit, disposition).await,
+                unit,
+                outcome,
+                disposition,
+                $counters,
+            ),
+        }
     }};
 }
 pub(crate) use apply;
@@ -98,7 +120,14 @@ pub(crate) async fn carry_out<H: Settle>(
 ) -> Result<(), TransportError> {
     match disposition {
         Disposition::Ack => handle.ack(unit).await,
-        Disposition::Return { after } => handle.give_back(unit, *after).await,
+        Disposition::Return { after } if H::DELAYS_REDELIVERY => {
+            handle.give_back(unit, *after).await
+        }
+        // Only `testing::settle` comes here with a wait: the runtime holds such a unit itself.
+        Disposition::Return { after } => {
+            tokio::time::sleep(*after).await;
+            handle.give_back(unit, Duration::ZERO).await
+        }
         Disposition::DeadLetter(reason) => match handle.copy_to_dead_letter(unit, reason).await {
             Ok(()) => handle.finish_dead_lettered(unit).await.map_err(|error| {
                 TransportError::msg(
@@ -141,15 +170,92 @@ pub(crate) fn past_the_bound(unit: &Unit, policy: &RedeliveryPolicy) -> (Outcome
     )
 }
 
-/// A return a transport carried out after its wait, on its own (RabbitMQ, which has no delayed
-/// redelivery of its own), that failed: logged and counted here, with every other settle failure.
-/// The mechanism delivers the unit again.
-#[cfg(feature = "lapin")]
-#[cold]
-pub(crate) fn late_return_failed(source: &str, unit: &crate::unit::UnitId, error: &TransportError) {
-    metrics::counter!("delivery_settle_failed_total", "source" => source.to_owned()).increment(1);
-    tracing::warn!(unit.id = %unit, source, %error,
-        "could not return the unit after its backoff; the broker will deliver it again");
+/// Whether `H`'s mechanism delays a redelivery itself ([`Settle::DELAYS_REDELIVERY`]).
+#[inline(always)]
+pub(crate) fn delays_redelivery<H: Settle>(_: &H) -> bool {
+    H::DELAYS_REDELIVERY
+}
+
+/// The returns the runtime holds for their wait, for a mechanism that cannot delay a redelivery
+/// itself ([`Settle::DELAYS_REDELIVERY`] is `false`). Each waits in a task of its own, taking no
+/// place of the consumer's concurrency, then is given back and recorded like any other return;
+/// [`release`](Holds::release), at shutdown, cuts the waits short. Dropped (the run itself
+/// dropped), the tasks are aborted and their handles dropped unsettled: the mechanism
+/// redelivers those units.
+#[derive(Default)]
+pub(crate) struct Holds {
+    held: Mutex<Held>,
+    cut: CancellationToken,
+}
+
+#[derive(Default)]
+struct Held {
+    tasks: JoinSet<Settled>,
+    /// Returns given back whose task was reaped before the run's end.
+    returned: u64,
+    failed: u64,
+}
+
+impl Held {
+    fn reaped(&mut self, joined: Result<Settled, tokio::task::JoinError>) {
+        match joined {
+            Ok(Settled::Returned) => self.returned += 1,
+            _ => self.failed += 1,
+        }
+    }
+}
+
+impl Holds {
+    /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait.
+    #[cold]
+    pub(crate) fn hold<H: Settle>(
+        &self,
+        handle: H,
+        unit: &Unit,
+        outcome: &Outcome,
+        after: Duration,
+        counters: &Counters,
+    ) {
+        let (unit, outcome, counters) = (unit.clone(), outcome.clone(), counters.clone());
+        let cut = self.cut.clone();
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(joined) = held.tasks.try_join_next() {
+            held.reaped(joined);
+        }
+        held.tasks.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(after) => {}
+                () = cut.cancelled() => {}
+            }
+            let result = handle.give_back(&unit, Duration::ZERO).await;
+            record(
+                result,
+                &unit,
+                &outcome,
+                &Disposition::Return { after },
+                &counters,
+            )
+        });
+    }
+
+    /// Gives back at once every unit still held, waits until each was, and counts them all in
+    /// `report`.
+    pub(crate) async fn release(&self, report: &mut super::Report) {
+        self.cut.cancel();
+        let mut held =
+            std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
+        if !held.tasks.is_empty() {
+            tracing::info!(
+                held = held.tasks.len(),
+                "giving back the units held for their backoff"
+            );
+        }
+        while let Some(joined) = held.tasks.join_next().await {
+            held.reaped(joined);
+        }
+        report.returned += held.returned;
+        report.settle_failed += held.failed;
+    }
 }
 
 /// Logs the disposition once and counts it. A carried-out acknowledgement, the common case, is

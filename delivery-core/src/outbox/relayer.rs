@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use super::record::Relay;
 use super::store::Store;
-use crate::consumer::Shutdown;
 use crate::disposition::Backoff;
+use crate::runtime::Stop;
 use relay_loop::RelayLoop;
 
 /// Runs a relay function over an outbox [`Store`]. Settings have defaults; see each method.
@@ -72,8 +72,7 @@ pub struct Relayer<St, S = ()> {
     attempt_timeout: Duration,
     poll_interval: Duration,
     ordered: bool,
-    shutdown: Option<Shutdown>,
-    drain_deadline: Duration,
+    stop: Stop,
 }
 
 /// What a run of a relayer did, counted when it stops (marks written to the store).
@@ -107,8 +106,7 @@ impl<St: Store> Relayer<St, ()> {
             attempt_timeout: Duration::from_secs(30),
             poll_interval: Duration::from_secs(1),
             ordered: false,
-            shutdown: None,
-            drain_deadline: Duration::from_secs(10),
+            stop: Stop::new(Duration::from_secs(10)),
         }
     }
 }
@@ -127,8 +125,7 @@ impl<St: Store, S> Relayer<St, S> {
             attempt_timeout: self.attempt_timeout,
             poll_interval: self.poll_interval,
             ordered: self.ordered,
-            shutdown: self.shutdown,
-            drain_deadline: self.drain_deadline,
+            stop: self.stop,
         }
     }
 
@@ -195,14 +192,14 @@ impl<St: Store, S> Relayer<St, S> {
     /// Stops the relayer when `signal` completes: nothing new is claimed, attempts in flight
     /// finish within the [drain deadline](Self::drain_deadline), the rest are given back.
     pub fn shutdown_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
-        self.shutdown = Some(Box::pin(signal));
+        self.stop.on(signal);
         self
     }
 
     /// How long attempts in flight may run after shutdown before they are given back (default
     /// 10 s).
     pub fn drain_deadline(mut self, deadline: Duration) -> Self {
-        self.drain_deadline = deadline;
+        self.stop.drain_within(deadline);
         self
     }
 

@@ -1,6 +1,7 @@
 //! The handle of one RabbitMQ delivery and its primitives: `basic.ack`, a return (a requeue, or
-//! on a classic queue a confirmed copy carrying the count), and a confirmed copy to the
-//! dead-letter queue. `consumer::settle` decides when each runs.
+//! on a classic queue a confirmed copy carrying the count; the runtime waits out the backoff
+//! first), and a confirmed copy to the dead-letter queue. `consumer::settle` decides when each
+//! runs.
 
 use super::codec::{self, text_value};
 use crate::disposition::DeadLetterReason;
@@ -69,47 +70,19 @@ impl Settle for RabbitHandle {
         )
     }
 
-    async fn give_back(mut self, unit: &Unit, after: Duration) -> Result<(), TransportError> {
+    /// RabbitMQ has no delayed requeue: the runtime waits out the backoff, holding the delivery
+    /// (and its prefetch slot), then gives it back here at once.
+    const DELAYS_REDELIVERY: bool = false;
+
+    async fn give_back(mut self, unit: &Unit, _after: Duration) -> Result<(), TransportError> {
         let acker = self.acker();
         if self.shared.classic {
             // The count travels with the unit: a copy carrying it goes to the back of the
             // queue, confirmed, and only then is the original acknowledged.
             let properties = std::mem::take(&mut self.properties);
-            let unit = unit.clone();
-            let shared = self.shared.clone();
-            self.shared.returns.spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(after) => {}
-                    // The source is going away: return the unit now, while its channel is open.
-                    () = shared.closing.cancelled() => {}
-                }
-                if let Err(error) = return_copy(&shared, &unit, properties, &acker).await {
-                    crate::consumer::settle::late_return_failed(&shared.queue, unit.id(), &error);
-                }
-            });
-            return Ok(());
+            return return_copy(&self.shared, unit, properties, &acker).await;
         }
-        if after.is_zero() {
-            return requeue(&acker).await;
-        }
-        // The wait holds the delivery (and its prefetch slot), not the handler's concurrency
-        // slot. If the channel goes meanwhile, the broker returns it anyway; if the source is
-        // dropped, the return is made at once, after the consumer is cancelled (so the unit is
-        // not delivered to this consumer again on its way out, which would count a delivery
-        // twice).
-        let id = unit.id().clone();
-        let queue = self.shared.queue.clone();
-        let closing = self.shared.closing.clone();
-        self.shared.returns.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(after) => {}
-                () = closing.cancelled() => {}
-            }
-            if let Err(error) = requeue(&acker).await {
-                crate::consumer::settle::late_return_failed(&queue, &id, &error);
-            }
-        });
-        Ok(())
+        requeue(&acker).await
     }
 
     async fn copy_to_dead_letter(

@@ -3,7 +3,6 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::Acker;
@@ -11,8 +10,6 @@ use lapin::message::Delivery;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::codec::{self};
 use super::publish::ConfirmedPublisher;
@@ -51,11 +48,6 @@ pub(super) struct Shared {
     pub(super) publisher: ConfirmedPublisher,
     /// A classic queue: the count travels with the unit, and a return is a confirmed copy.
     pub(super) classic: bool,
-    /// Returns waiting out their backoff: each must reject (quorum) or copy and ack (classic)
-    /// its delivery on the channel it came from, so the source keeps that channel open for them
-    /// when it is dropped, cancels its consumer, and tells them to stop waiting.
-    pub(super) returns: TaskTracker,
-    pub(super) closing: CancellationToken,
     /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
     /// so a source being dropped with them (a crash) leaves them to the connection's close and
     /// the broker counts the return once.
@@ -86,8 +78,6 @@ impl RabbitSource {
                 dead_letter_queue: topology.dead_letter_queue_name(),
                 publisher: ConfirmedPublisher::new(url.clone()),
                 classic: topology.queue_type == QueueType::Classic,
-                returns: TaskTracker::new(),
-                closing: CancellationToken::new(),
                 dropped: std::sync::Mutex::new(Vec::new()),
                 any_dropped: std::sync::atomic::AtomicBool::new(false),
             }),
@@ -166,38 +156,6 @@ impl RabbitSource {
     }
 }
 
-impl Drop for RabbitSource {
-    /// Returns still waiting out their backoff are completed at once, after the consumer is
-    /// cancelled and before the connection closes: a quorum queue's reject then counts one
-    /// delivery (not a redelivery to this consumer plus its close), and a classic queue's
-    /// original is acked rather than handed back beside its copy.
-    fn drop(&mut self) {
-        if self.shared.returns.is_empty() {
-            return;
-        }
-        let live = self.live.take();
-        let shared = self.shared.clone();
-        let tag = std::mem::take(&mut self.consumer_tag);
-        shared.returns.close();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                // Unsubscribe first, so the copies go to the next consumer, not to this one.
-                if let Some(live) = &live {
-                    let _ = live
-                        .channel
-                        .basic_cancel(tag.as_str().into(), Default::default())
-                        .await;
-                }
-                shared.closing.cancel();
-                let _ = tokio::time::timeout(Duration::from_secs(30), shared.returns.wait()).await;
-                drop(live);
-            });
-        } else {
-            self.shared.closing.cancel();
-        }
-    }
-}
-
 fn next_tag() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -261,5 +219,19 @@ impl Source for RabbitSource {
 
     fn name(&self) -> &str {
         &self.topology.queue
+    }
+
+    /// Cancels the subscription (`basic.cancel`): the units the runtime gives back at shutdown
+    /// then go to another consumer, and the broker counts their return once — not once more for
+    /// a delivery to this consumer on its way out. Acknowledging what is in flight still works.
+    async fn stop(&mut self) {
+        if let Some(live) = &self.live
+            && let Err(error) = live
+                .channel
+                .basic_cancel(self.consumer_tag.as_str().into(), Default::default())
+                .await
+        {
+            tracing::debug!(queue = %self.topology.queue, %error, "cancelling the consumer failed");
+        }
     }
 }

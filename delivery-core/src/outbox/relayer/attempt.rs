@@ -1,18 +1,18 @@
-//! One attempt: the relay function's future, guarded against panics and bounded by the attempt
+//! One attempt: the relay function's future, guarded against panics (as the consumer's handlers
+//! are, by `runtime::guard`) and bounded by the attempt
 //! timeout, decided into a mark — delivered only for a [`Receipt`](crate::outbox::Receipt) naming
 //! the record (rule 6).
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use super::super::record::{Attempt, Record, Relay};
 use super::super::store::Mark;
 use super::relay_loop::BoxFuture;
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
+use crate::runtime;
 use crate::unit::{DeliveryCount, UnitId};
 
 /// One attempt's end, waiting to be written back.
@@ -37,20 +37,18 @@ pub(super) fn start<S, R: Relay<S>>(
     state: &S,
     attempts: &Arc<Attempts>,
 ) -> BoxFuture<Finished> {
-    let call = std::panic::catch_unwind(AssertUnwindSafe(|| relay.call(&record, state)));
+    let call = runtime::guard(|| relay.call(&record, state));
     let attempts = attempts.clone();
     Box::pin(async move {
         let attempt = record.attempts().saturating_add(1);
         let result = match call {
-            Err(panic) => Err(Outcome::panicked(&*panic)),
+            Err(panicked) => Err(panicked),
             Ok(call) => {
-                let call =
-                    tokio::time::timeout(attempts.timeout, AssertUnwindSafe(call).catch_unwind());
+                let call = tokio::time::timeout(attempts.timeout, runtime::guarded(call));
                 tokio::select! {
                     biased;
                     result = call => match result {
-                        Ok(Ok(attempt)) => Ok(attempt),
-                        Ok(Err(panic)) => Err(Outcome::panicked(&*panic)),
+                        Ok(attempt) => attempt,
                         Err(_) => Err(Outcome::Failed(format!(
                             "no answer within the attempt timeout ({} ms)",
                             attempts.timeout.as_millis()

@@ -18,9 +18,9 @@ use super::super::record::{Record, Relay};
 use super::super::store::{Claim, Mark, Store, Wakeups};
 use super::attempt::{Attempts, Finished, start};
 use super::{RelayReport, Relayer};
-use crate::consumer::Shutdown;
 use crate::disposition::{Backoff, ReasonKind, RedeliveryPolicy};
 use crate::pace::Retry;
+use crate::runtime::Shutdown;
 
 pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A claim in progress: how many were asked for, and what came back.
@@ -108,9 +108,9 @@ where
             attempt_timeout,
             poll_interval,
             ordered,
-            shutdown,
-            drain_deadline,
+            stop,
         } = relayer;
+        let (shutdown, drain_deadline) = stop.into_parts();
         let name: Arc<str> = store.name().into();
         let owner: Arc<str> = format!("relay-{}", uuid::Uuid::now_v7()).into();
         let attempts = Arc::new(Attempts {
@@ -137,7 +137,7 @@ where
             drain_deadline,
             attempts,
             counters,
-            shutdown: shutdown.unwrap_or_else(|| Box::pin(std::future::pending())),
+            shutdown,
             report: RelayReport::default(),
             refill: batch.min(window).div_ceil(4),
             inflight: FuturesUnordered::new(),

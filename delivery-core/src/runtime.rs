@@ -1,0 +1,119 @@
+//! What the consumer runtime and the relay runtime share: how a run stops (the shutdown signal
+//! and the drain deadline, set the same way on [`Consumer`](crate::Consumer) and
+//! [`Relayer`](crate::outbox::Relayer)) and the guard that makes a panic in user code (a
+//! handler, an extractor, a relay function) the failed outcome of its run.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+
+use crate::disposition::Outcome;
+
+/// A run's shutdown signal.
+pub(crate) type Shutdown = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// How a run stops: when its signal completes (never, unless one is set), nothing new is taken,
+/// work in flight gets the drain deadline, and what is left is given back.
+pub(crate) struct Stop {
+    signal: Option<Shutdown>,
+    drain_deadline: Duration,
+}
+
+impl Stop {
+    /// No signal yet, and `drain_deadline` as the default deadline.
+    pub(crate) fn new(drain_deadline: Duration) -> Self {
+        Stop {
+            signal: None,
+            drain_deadline,
+        }
+    }
+
+    /// The builders' `shutdown_on`.
+    pub(crate) fn on(&mut self, signal: impl Future<Output = ()> + Send + 'static) {
+        self.signal = Some(Box::pin(signal));
+    }
+
+    /// The builders' `drain_deadline`.
+    pub(crate) fn drain_within(&mut self, deadline: Duration) {
+        self.drain_deadline = deadline;
+    }
+
+    /// The signal (one that never completes if none was set) and the drain deadline.
+    pub(crate) fn into_parts(self) -> (Shutdown, Duration) {
+        let signal = self
+            .signal
+            .unwrap_or_else(|| Box::pin(std::future::pending()));
+        (signal, self.drain_deadline)
+    }
+}
+
+/// Runs user code: a panic in it becomes the [failed outcome](Outcome::panicked) of its run.
+#[inline(always)]
+pub(crate) fn guard<T>(user_code: impl FnOnce() -> T) -> Result<T, Outcome> {
+    std::panic::catch_unwind(AssertUnwindSafe(user_code))
+        .map_err(|panic| Outcome::panicked(&*panic))
+}
+
+/// A future of user code whose every poll is [guarded](guard).
+pub(crate) fn guarded<F: Future>(run: F) -> impl Future<Output = Result<F::Output, Outcome>> {
+    AssertUnwindSafe(run)
+        .catch_unwind()
+        .map(|caught| caught.map_err(|panic| Outcome::panicked(&*panic)))
+}
+
+/// A handler's run in a place the consumer loop pinned for it. Its first poll resolves the
+/// parameters (extractors are user code too) and makes the handler's future right in that place;
+/// every poll is [guarded](guard), so a panic anywhere in the run is its outcome. (A place of the
+/// caller's rather than a future of its own, so that the loop's state machine polls the handler's
+/// future directly, with no layer set up and torn down per unit.)
+pub(crate) struct Guarded<'a, F, M> {
+    make: Option<M>,
+    call: Pin<&'a mut Option<F>>,
+}
+
+impl<'a, F, M: FnOnce() -> F> Guarded<'a, F, M> {
+    #[inline(always)]
+    pub(crate) fn new(make: M, call: Pin<&'a mut Option<F>>) -> Self {
+        Guarded {
+            make: Some(make),
+            call,
+        }
+    }
+}
+
+impl<F, M> Future for Guarded<'_, F, M>
+where
+    F: Future<Output = Outcome>,
+    M: FnOnce() -> F + Unpin,
+{
+    type Output = Outcome;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = &mut *self;
+        let polled = guard(|| {
+            if let Some(make) = this.make.take() {
+                this.call.set(Some(make()));
+            }
+            match this.call.as_mut().as_pin_mut() {
+                Some(call) => call.poll(cx),
+                None => unreachable!("the handler's future is made on the first poll"),
+            }
+        });
+        match polled {
+            Ok(poll) => poll,
+            Err(panicked) => Poll::Ready(panicked),
+        }
+    }
+}
+
+/// An empty place for the future `make` returns (`make` is not called): a handler's future has no
+/// type the loop can name.
+#[inline(always)]
+pub(crate) fn place_for<F>(_make: &impl FnOnce() -> F) -> Option<F> {
+    None
+}
