@@ -46,7 +46,7 @@ impl JetStream {
         let stream = format!("{name}-{}", self.suffix);
         NatsTopology::new(&stream)
             .subjects([stream.clone()])
-            .ack_wait(Duration::from_secs(5))
+            .ack_wait(Duration::from_secs(2))
             // The shortest JetStream allows: the suite publishes one unit twice on purpose.
             .duplicate_window(Duration::from_millis(100))
             .batch(16)
@@ -73,6 +73,10 @@ impl JetStream {
 impl Fixture for JetStream {
     type Source = NatsSource;
     type DeadLetters = NatsDeadLetters;
+
+    fn redelivery_timer(&self) -> Option<Duration> {
+        Some(Duration::from_secs(2))
+    }
 
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliver(max_deliveries);

@@ -69,6 +69,10 @@ impl Fixture for Redis {
     type Source = RedisSource;
     type DeadLetters = RedisDeadLetters;
 
+    fn redelivery_timer(&self) -> Option<Duration> {
+        Some(Duration::from_millis(100))
+    }
+
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries(max_deliveries);
         self.delete(&topology).await;

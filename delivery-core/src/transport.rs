@@ -40,6 +40,14 @@ pub trait Source: Send + 'static {
     /// A name for logs and metrics: the queue, stream or topic.
     fn name(&self) -> &str;
 
+    /// Whether a unit still being handled must be kept alive, so that the mechanism does not hand
+    /// it to another consumer while its first run may still succeed (rules 1 and 3): the runtime
+    /// then calls [`Settle::still_handling`] on its handle at this pace while the handler runs.
+    /// `None` (the default): the mechanism waits for the settle however long the handler takes.
+    fn keep_alive(&self) -> Option<KeepAlive> {
+        None
+    }
+
     /// Stops taking deliveries (a broker subscription is cancelled), called once by the runtime
     /// at shutdown, after its last `receive` and before it gives back the units it still holds
     /// (see [`Settle::DELAYS_REDELIVERY`]): they then go to another consumer, not back to this
@@ -76,6 +84,17 @@ pub trait Settle: Sized + Send + 'static {
     /// Acknowledges the unit: its effect is committed, and the mechanism forgets it.
     fn ack(self, unit: &Unit) -> impl Future<Output = Result<(), TransportError>> + Send;
 
+    /// Tells the mechanism the unit is still being handled (JetStream's `+WPI`, a stream entry
+    /// claimed again by its own consumer), at the pace of [`Source::keep_alive`]. Nothing by
+    /// default.
+    fn still_handling(
+        &mut self,
+        unit: &Unit,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let _ = unit;
+        async { Ok(()) }
+    }
+
     /// Hands the unit back so the mechanism delivers it again no sooner than `after` (as near
     /// as the mechanism allows), counting the delivery. `after` is always zero where
     /// [`DELAYS_REDELIVERY`](Settle::DELAYS_REDELIVERY) is `false`.
@@ -103,6 +122,27 @@ pub trait Settle: Sized + Send + 'static {
         unit: &Unit,
     ) -> impl Future<Output = Result<(), TransportError>> + Send {
         self.ack(unit)
+    }
+}
+
+/// How a source's units are kept alive while their handler runs ([`Source::keep_alive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeepAlive {
+    /// How often: well inside the mechanism's redelivery timer (a third of it, say).
+    pub every: Duration,
+    /// For how long at most: past it, a handler that never ends (hung) no longer holds its unit,
+    /// and the mechanism delivers it again.
+    pub at_most: Duration,
+}
+
+impl KeepAlive {
+    /// Every third of `timer` (the mechanism's redelivery timer; at least 10 ms), for at most
+    /// `at_most`.
+    pub fn within(timer: Duration, at_most: Duration) -> Self {
+        KeepAlive {
+            every: (timer / 3).max(Duration::from_millis(10)),
+            at_most,
+        }
     }
 }
 

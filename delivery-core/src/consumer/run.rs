@@ -21,7 +21,7 @@ use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
-use crate::transport::{Settle, Source, TransportError};
+use crate::transport::{KeepAlive, Settle, Source, TransportError};
 use crate::unit::Unit;
 
 /// While units keep coming, the shutdown signal is looked at once every this many of them; when
@@ -35,6 +35,7 @@ struct Env<'a, S, H> {
     policy: &'a RedeliveryPolicy,
     counters: &'a Counters,
     holds: &'a Holds,
+    keep_alive: Option<KeepAlive>,
     drain_deadline: Duration,
 }
 
@@ -62,6 +63,7 @@ where
         policy: &policy,
         counters: &counters,
         holds: &holds,
+        keep_alive: source.keep_alive(),
         drain_deadline,
     };
 
@@ -93,7 +95,7 @@ async fn one_at_a_time<Src, S, H>(
     H: Handler<S>,
 {
     let mut pace = Pace::new();
-    loop {
+    'units: loop {
         if let Some(wait) = pace.retry_in.take()
             && !sleep_unless_shutdown(wait, shutdown).await
         {
@@ -105,7 +107,7 @@ async fn one_at_a_time<Src, S, H>(
         // The receive is polled first, directly; only when it waits is the signal watched. (The
         // block ends the received value's scope before the next wait, so the loop's state does
         // not keep a copy of it.)
-        let (unit, handle) = {
+        let (unit, mut handle) = {
             let received = {
                 let receive = pin!(source.receive());
                 match UnlessShutdown(receive, shutdown).await {
@@ -145,20 +147,27 @@ async fn one_at_a_time<Src, S, H>(
         let mut run = Guarded::new(make, call.as_mut());
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
-            Poll::Pending => tokio::select! {
-                biased;
-                outcome = &mut run => outcome,
-                () = &mut *shutdown => {
-                    stopping = true;
+            Poll::Pending => {
+                // Waiting: the unit is kept alive, and the shutdown signal starts the drain
+                // deadline, past which the unit is returned unfinished.
+                let mut keeping = Keeping::new(env.keep_alive);
+                let mut drain = pin!(tokio::time::sleep(Duration::MAX));
+                loop {
                     tokio::select! {
-                        outcome = &mut run => outcome,
-                        () = tokio::time::sleep(env.drain_deadline) => {
+                        biased;
+                        outcome = &mut run => break outcome,
+                        () = keeping.due() => keeping.kept(handle.still_handling(&unit).await, &unit),
+                        () = &mut *shutdown, if !stopping => {
+                            stopping = true;
+                            drain.as_mut().reset(tokio::time::Instant::now() + env.drain_deadline);
+                        }
+                        () = &mut drain, if stopping => {
                             count(report, abandoned(handle, &unit, env.counters).await);
-                            break;
+                            break 'units;
                         }
                     }
                 }
-            },
+            }
         };
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         count(
@@ -276,6 +285,44 @@ async fn several_at_once<Src, S, H>(
                     "drain deadline passed; returning the units still in flight");
                 abandon.cancel();
             }
+        }
+    }
+}
+
+/// A waiting handler's unit kept alive ([`Source::keep_alive`]): due every `every`, until
+/// `at_most` after the wait began.
+struct Keeping {
+    ticks: Option<(tokio::time::Interval, tokio::time::Instant)>,
+}
+
+impl Keeping {
+    #[cold]
+    fn new(keep_alive: Option<KeepAlive>) -> Self {
+        let now = tokio::time::Instant::now();
+        Keeping {
+            ticks: keep_alive.map(|KeepAlive { every, at_most }| {
+                let mut ticks = tokio::time::interval_at(now + every, every);
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                (ticks, now + at_most)
+            }),
+        }
+    }
+
+    /// Completes when the unit is due to be kept alive again; never once `at_most` passed.
+    async fn due(&mut self) {
+        match &mut self.ticks {
+            Some((ticks, until)) if tokio::time::Instant::now() < *until => {
+                ticks.tick().await;
+            }
+            _ => std::future::pending().await,
+        }
+    }
+
+    #[cold]
+    fn kept(&mut self, result: Result<(), TransportError>, unit: &Unit) {
+        if let Err(error) = result {
+            tracing::warn!(unit.id = unit.id().as_str(), %error,
+                "could not keep the unit alive; the mechanism may deliver it again meanwhile");
         }
     }
 }
@@ -411,7 +458,7 @@ async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Se
 #[inline(always)]
 fn process<'a, S, H, L>(
     unit: Unit,
-    handle: L,
+    mut handle: L,
     env: &'a Env<'_, S, H>,
     abandon: &'a CancellationToken,
 ) -> impl Future<Output = Settled> + 'a
@@ -437,11 +484,17 @@ where
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
             // Still running: from now on the drain deadline may abandon it.
-            Poll::Pending => tokio::select! {
-                biased;
-                outcome = &mut run => outcome,
-                () = abandon.cancelled() => return abandoned(handle, &unit, env.counters).await,
-            },
+            Poll::Pending => {
+                let mut keeping = Keeping::new(env.keep_alive);
+                loop {
+                    tokio::select! {
+                        biased;
+                        outcome = &mut run => break outcome,
+                        () = keeping.due() => keeping.kept(handle.still_handling(&unit).await, &unit),
+                        () = abandon.cancelled() => return abandoned(handle, &unit, env.counters).await,
+                    }
+                }
+            }
         };
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         settle::apply!(

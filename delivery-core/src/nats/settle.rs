@@ -15,11 +15,12 @@ use super::source::Shared;
 
 /// The handle of one delivery from a [`NatsSource`]. Only the runtime holds it.
 ///
-/// While it is held, the source's ticker keeps the delivery in progress. Dropped unsettled, it is
-/// no longer kept in progress and JetStream delivers it again after `ack_wait`.
+/// While its handler runs, the runtime keeps the delivery in progress (`+WPI`). Dropped
+/// unsettled, JetStream delivers it again after `ack_wait`, counting the delivery. (Nothing is
+/// sent on drop: a `-NAK` sent then races the drop of the source's pull request, and JetStream
+/// 2.9 then redelivers the unit without counting the lost delivery.)
 pub struct NatsHandle {
     pub(super) reply: Option<Subject>,
-    pub(super) slot: u64,
     pub(super) subject: Subject,
     pub(super) headers: Option<HeaderMap>,
     pub(super) sequence: u64,
@@ -98,10 +99,9 @@ impl NatsHandle {
 }
 
 impl NatsHandle {
-    /// Stops keeping the delivery in progress and sends `kind` on its reply subject.
+    /// Sends `kind` on the delivery's reply subject.
     async fn send(mut self, kind: AckKind, what: &'static str) -> Result<(), TransportError> {
         let reply = self.reply.take().expect("a handle is settled once");
-        self.shared.release(self.slot);
         self.shared.send(reply, kind, what).await
     }
 }
@@ -109,6 +109,14 @@ impl NatsHandle {
 impl Settle for NatsHandle {
     async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
         self.send(AckKind::Ack, "acknowledging (+ACK)").await
+    }
+
+    /// `+WPI`: JetStream restarts the delivery's `ack_wait`.
+    async fn still_handling(&mut self, _unit: &Unit) -> Result<(), TransportError> {
+        let reply = self.reply.clone().expect("held until settled");
+        self.shared
+            .send(reply, AckKind::Progress, "marking in progress (+WPI)")
+            .await
     }
 
     async fn give_back(self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
@@ -131,16 +139,5 @@ impl Settle for NatsHandle {
     async fn finish_dead_lettered(self, _unit: &Unit) -> Result<(), TransportError> {
         self.send(AckKind::Term, "terminating a dead-lettered unit (+TERM)")
             .await
-    }
-}
-
-impl Drop for NatsHandle {
-    fn drop(&mut self) {
-        // Unsettled: no longer kept in progress, so JetStream delivers it again after `ack_wait`,
-        // counting the delivery. (A `-NAK` sent here races the drop of the source's pull request,
-        // and JetStream 2.9 then redelivers the unit without counting the lost delivery.)
-        if self.reply.take().is_some() {
-            self.shared.release(self.slot);
-        }
     }
 }

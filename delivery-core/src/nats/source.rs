@@ -1,9 +1,8 @@
-//! A pull consumer of one stream, the handle that settles each delivery, and the ticker that keeps
-//! long handlers in progress.
+//! A pull consumer of one stream, and the sweep of units stranded on their last delivery. (Long
+//! handlers are kept in progress by the runtime, through [`Source::keep_alive`].)
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -11,13 +10,12 @@ use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{self, AckKind};
 use async_nats::{Client, Subject};
 use futures_util::StreamExt;
-use tokio::time::Instant;
 
 use super::codec;
 use super::dead_letter::NatsDeadLetters;
 use super::settle::NatsHandle;
 use super::topology::NatsTopology;
-use crate::transport::{Source, TransportError};
+use crate::transport::{KeepAlive, Source, TransportError};
 use crate::unit::{DeliveryCount, Stamp, Unit};
 
 /// A consumer of one JetStream stream through its durable pull consumer (see the
@@ -40,34 +38,9 @@ pub(super) struct Shared {
     pub(super) stream: String,
     pub(super) dead_letter_stream: String,
     pub(super) dead_letter_subject: Subject,
-    /// Deliveries held by a handle, by slot: their ack subject and when they were received. The
-    /// one ticker of the source sends `+WPI` for each of them (rather than a task per unit).
-    pub(super) in_flight: Mutex<InFlight>,
-}
-
-#[derive(Default)]
-pub(super) struct InFlight {
-    next: u64,
-    units: HashMap<u64, (Subject, Instant)>,
 }
 
 impl Shared {
-    fn hold(&self, reply: Subject) -> u64 {
-        let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = in_flight.next;
-        in_flight.next = in_flight.next.wrapping_add(1);
-        in_flight.units.insert(slot, (reply, Instant::now()));
-        slot
-    }
-
-    pub(super) fn release(&self, slot: u64) {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .units
-            .remove(&slot);
-    }
-
     pub(super) async fn send(
         &self,
         reply: Subject,
@@ -78,38 +51,6 @@ impl Shared {
             .publish(reply, kind.into())
             .await
             .map_err(|e| TransportError::new(what, e))
-    }
-}
-
-/// Sends `+WPI` every `every` for each unit held for less than `limit`, until the source and all
-/// its handles are gone.
-async fn keep_in_progress(shared: Weak<Shared>, every: Duration, limit: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        let now = Instant::now();
-        let due: Vec<Subject> = shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .units
-            .values()
-            .filter(|(_, since)| now.duration_since(*since) < limit)
-            .map(|(reply, _)| reply.clone())
-            .collect();
-        for reply in due {
-            if let Err(error) = shared
-                .send(reply, AckKind::Progress, "marking in progress (+WPI)")
-                .await
-            {
-                tracing::warn!(stream = %shared.stream, %error, "could not keep a unit in progress");
-            }
-        }
     }
 }
 
@@ -162,14 +103,7 @@ impl NatsSource {
             stream: topology.stream.clone(),
             dead_letter_stream: topology.dead_letter_stream_name(),
             dead_letter_subject: Subject::from(topology.dead_letter_subject_name()),
-            in_flight: Mutex::new(InFlight::default()),
         });
-        let every = (topology.ack_wait / 3).max(Duration::from_millis(10));
-        tokio::spawn(keep_in_progress(
-            Arc::downgrade(&shared),
-            every,
-            topology.in_progress_limit,
-        ));
         if !topology.sweep_every.is_zero() {
             let dead_letters = NatsDeadLetters::new(shared.client.clone(), &topology);
             tokio::spawn(sweep_stranded(
@@ -191,16 +125,6 @@ impl NatsSource {
         &self.topology
     }
 
-    /// Units held by handles right now (each kept in progress by the source's ticker).
-    pub fn in_flight(&self) -> usize {
-        self.shared
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .units
-            .len()
-    }
-
     fn unit_of(&self, message: jetstream::Message) -> Option<(Unit, NatsHandle)> {
         let (delivered, sequence) = match message.info() {
             Ok(info) => (info.delivered, info.stream_sequence),
@@ -219,10 +143,8 @@ impl NatsSource {
             .with_delivery_count(DeliveryCount::new(count))
             .with_stamp(Stamp(sequence))
             .with_headers(codec::unit_headers(headers.as_ref()));
-        let slot = self.shared.hold(reply.clone());
         let handle = NatsHandle {
             reply: Some(reply),
-            slot,
             subject: message.subject,
             headers,
             sequence,
@@ -277,5 +199,13 @@ impl Source for NatsSource {
 
     fn name(&self) -> &str {
         &self.topology.stream
+    }
+
+    /// `+WPI` every third of `ack_wait` while the handler runs, up to `in_progress_limit`.
+    fn keep_alive(&self) -> Option<KeepAlive> {
+        Some(KeepAlive::within(
+            self.topology.ack_wait,
+            self.topology.in_progress_limit,
+        ))
     }
 }

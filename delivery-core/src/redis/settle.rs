@@ -43,6 +43,10 @@ impl Settle for RedisHandle {
         self.shared.ack(self.entry.id).await
     }
 
+    async fn still_handling(&mut self, _unit: &Unit) -> Result<(), TransportError> {
+        self.shared.still_handling(&self.entry.id).await
+    }
+
     /// Left pending: claimed back once idle for the claim idle time (which is the backoff), and
     /// counted by Redis on that claim.
     async fn give_back(self, _unit: &Unit, _after: Duration) -> Result<(), TransportError> {

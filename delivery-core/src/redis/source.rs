@@ -18,7 +18,7 @@ use super::codec::{self, Entry, Read};
 use super::settle::RedisHandle;
 use super::topology::RedisTopology;
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Source, TransportError};
+use crate::transport::{KeepAlive, Source, TransportError};
 use crate::unit::{DeliveryCount, Unit};
 
 /// A consumer of one Redis stream through a consumer group (see the [module docs](super)).
@@ -62,6 +62,7 @@ pub(super) struct Shared {
     pub(super) dead_letter_stream: String,
     pub(super) max_deliveries: u32,
     pub(super) claim_idle_ms: u64,
+    pub(super) in_progress_limit_ms: u64,
     pub(super) batch: usize,
     pub(super) block_ms: u64,
     pub(super) client: ::redis::Client,
@@ -117,6 +118,7 @@ impl RedisSource {
             dead_letter_stream: topology.dead_letter_stream_name(),
             max_deliveries: topology.delivery_bound().get(),
             claim_idle_ms: topology.claim_idle_ms.max(1),
+            in_progress_limit_ms: topology.in_progress_limit_ms,
             batch: topology.batch.max(1),
             block_ms: topology.block_millis(),
             deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
@@ -217,6 +219,15 @@ impl Source for RedisSource {
 
     fn name(&self) -> &str {
         &self.shared.stream
+    }
+
+    /// `XCLAIM … JUSTID` every third of the claim idle time while the handler runs, up to
+    /// `in_progress_limit_ms`.
+    fn keep_alive(&self) -> Option<KeepAlive> {
+        Some(KeepAlive::within(
+            Duration::from_millis(self.shared.claim_idle_ms),
+            Duration::from_millis(self.shared.in_progress_limit_ms),
+        ))
     }
 }
 
@@ -430,6 +441,23 @@ impl Shared {
 
     /// `XADD`s the entry, intact, with the reason, to the dead letter, returning once Redis
     /// answered. The entry stays pending until it is acknowledged.
+    /// Claims `entry_id` again for this consumer (`XCLAIM … 0 … JUSTID`): its idle time starts
+    /// over, so no consumer claims it back meanwhile, and Redis counts no delivery.
+    pub(super) async fn still_handling(&self, entry_id: &str) -> Result<(), TransportError> {
+        let mut connection = self.connection().await?;
+        ::redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(&self.consumer)
+            .arg(0)
+            .arg(entry_id)
+            .arg("JUSTID")
+            .query_async::<Value>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|e| self.failed("keeping the entry claimed (XCLAIM JUSTID)", e))
+    }
+
     pub(super) async fn copy_to_dead_letter(
         &self,
         entry: &Entry,

@@ -46,10 +46,16 @@ pub struct RedisTopology {
     /// How long an entry stays pending (unacknowledged since its last delivery) before the
     /// consumer claims it back with `XAUTOCLAIM`, in milliseconds: the backoff before a failed
     /// unit is delivered again, and the time after which a dead consumer's units are taken over.
-    /// Keep it above the longest handler run, or a slow unit is claimed while still running.
-    /// Default 30 000.
+    /// A unit whose handler still runs is kept from being claimed: its consumer claims it again
+    /// itself every third of this (`XCLAIM … JUSTID`, which resets the idle time and counts no
+    /// delivery), up to `in_progress_limit_ms`. Default 30 000.
     #[serde(default = "default_claim_idle_ms")]
     pub claim_idle_ms: u64,
+    /// How long, in milliseconds, a unit whose handler still runs is kept from being claimed by
+    /// another consumer; past it, a hung handler's unit is claimed back (counting a delivery)
+    /// while the first run may still go on. Default 300 000 (5 min).
+    #[serde(default = "default_in_progress_limit_ms")]
+    pub in_progress_limit_ms: u64,
     /// Entries read (`COUNT`) per `XREADGROUP` and per `XAUTOCLAIM`. Default 32.
     #[serde(default = "default_batch")]
     pub batch: usize,
@@ -61,6 +67,10 @@ pub struct RedisTopology {
 
 fn default_max_deliveries() -> u32 {
     5
+}
+
+fn default_in_progress_limit_ms() -> u64 {
+    300_000
 }
 
 fn default_claim_idle_ms() -> u64 {
@@ -86,6 +96,7 @@ impl RedisTopology {
             dead_letter_stream: None,
             max_deliveries: default_max_deliveries(),
             claim_idle_ms: default_claim_idle_ms(),
+            in_progress_limit_ms: default_in_progress_limit_ms(),
             batch: default_batch(),
             block_ms: default_block_ms(),
         }
@@ -112,6 +123,12 @@ impl RedisTopology {
     /// Sets the claim idle time (at least 1 ms).
     pub fn claim_idle(mut self, idle: Duration) -> Self {
         self.claim_idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX).max(1);
+        self
+    }
+
+    /// Sets how long a unit whose handler still runs is kept from being claimed.
+    pub fn in_progress_limit(mut self, limit: Duration) -> Self {
+        self.in_progress_limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
         self
     }
 

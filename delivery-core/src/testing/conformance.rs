@@ -14,6 +14,7 @@
 //! | [`operates_the_dead_letter`] | 2 |
 //! | [`a_second_delivery_changes_nothing`] | 3 |
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
+//! | [`a_slow_handler_runs_once`] | 1, 3 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -68,6 +69,15 @@ pub trait Fixture: Send + Sync + 'static {
     /// and [`operates_the_dead_letter`] checks the whole API.
     fn dead_letter(&self, name: &str) -> impl Future<Output = Self::DeadLetters> + Send;
 
+    /// The mechanism's redelivery timer, if it has one: how long a delivery may stay unsettled
+    /// before the mechanism hands the unit to another consumer (JetStream's `ack_wait`, a
+    /// stream's claim idle time). [`a_slow_handler_runs_once`] runs a handler three times as
+    /// long. `None` (the default): the mechanism waits for the settle, and the check does not
+    /// apply.
+    fn redelivery_timer(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
     /// (a quorum queue, a stream's pending entry, a JetStream consumer); `false` where the count
     /// travels with the unit (a log read by offset), because the count moves only when the unit is
@@ -87,6 +97,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     operates_the_dead_letter(fixture).await;
     a_second_delivery_changes_nothing(fixture).await;
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
+    a_slow_handler_runs_once(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
@@ -107,6 +118,9 @@ struct Script {
     /// between the effect and the acknowledgement).
     #[serde(default)]
     hang_after_effect_until: u32,
+    /// Take this long before applying the effect (a slow handler).
+    #[serde(default)]
+    sleep_ms: u64,
 }
 
 fn script(key: &str, value: i64) -> String {
@@ -159,6 +173,9 @@ impl Handler<Store> for Scripted {
             store.runs.lock().unwrap().push((script.key.clone(), count));
             if script.reject {
                 return Outcome::Rejected(format!("{} refused", script.key));
+            }
+            if script.sleep_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(script.sleep_ms)).await;
             }
             if count < script.fail_until {
                 return Outcome::Failed(format!("{} failed on delivery {count}", script.key));
@@ -248,7 +265,13 @@ pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
         s.rows().len() == 20
     })
     .await;
-    // A fresh consumer, given half a second, finds nothing to redeliver.
+    // A fresh consumer, given longer than the mechanism's redelivery timer (half a second where
+    // it has none), finds nothing to redeliver: a unit not acknowledged would come back.
+    let quiet = fixture
+        .redelivery_timer()
+        .map_or(Duration::from_millis(500), |timer| {
+            (timer * 2).max(Duration::from_millis(500))
+        });
     let started = tokio::time::Instant::now();
     consume_until(
         fixture,
@@ -256,7 +279,7 @@ pub async fn acks_after_the_effect<F: Fixture>(fixture: &F) {
         &store,
         5,
         "acks_after_the_effect (nothing redelivered)",
-        move |_| started.elapsed() > Duration::from_millis(500),
+        move |_| started.elapsed() > quiet,
     )
     .await;
     assert_eq!(
@@ -661,4 +684,65 @@ pub async fn operates_the_dead_letter<F: Fixture>(fixture: &F) {
     assert_eq!(redriven, ["op-2", "op-3"]);
     assert!(report.not_found.is_empty());
     assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 0);
+}
+
+/// Rules 1 and 3: a handler slower than the mechanism's redelivery timer (three times as slow)
+/// runs once: while it runs, the unit is not handed to another consumer (two consume the queue
+/// here), nor dead-lettered; it is acknowledged once, and not delivered again after.
+pub async fn a_slow_handler_runs_once<F: Fixture>(fixture: &F) {
+    let Some(timer) = fixture.redelivery_timer() else {
+        return;
+    };
+    let name = queue("slow");
+    fixture.declare(&name, 2).await;
+    let slow_ms = u64::try_from((timer * 3).as_millis()).unwrap_or(u64::MAX);
+    fixture
+        .publish(
+            &name,
+            Unit::new(
+                "slow-1",
+                format!(r#"{{"key":"s","value":3,"sleep_ms":{slow_ms}}}"#),
+            ),
+        )
+        .await;
+    let store = Store::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let mut consumers = Vec::new();
+    for _ in 0..2 {
+        let source = fixture.consume(&name).await;
+        let (store, stop) = (store.clone(), stop.clone());
+        consumers.push(tokio::spawn(async move {
+            Consumer::new(source)
+                .state(store)
+                .concurrency(2)
+                .max_deliveries(2)
+                .drain_deadline(Duration::from_secs(5))
+                .shutdown_on(async move { stop.notified().await })
+                .run(Scripted)
+                .await
+        }));
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE + timer * 3;
+    while !store.rows().contains_key("s") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance `a_slow_handler_runs_once`: never applied; runs: {:?}",
+            store.runs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Longer than the timer again: a unit not acknowledged would be delivered meanwhile.
+    tokio::time::sleep(timer * 2).await;
+    stop.notify_waiters();
+    let mut acked = 0;
+    for consumer in consumers {
+        acked += consumer.await.expect("the consumer ran").acked;
+    }
+    assert_eq!(
+        store.runs_of("s"),
+        [1],
+        "conformance `a_slow_handler_runs_once`: handed to a second run while the first ran"
+    );
+    assert_eq!(acked, 1, "acknowledged once");
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
