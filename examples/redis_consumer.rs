@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{Consumer, HandlerError, Json, State, consumer};
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 use serde::Deserialize;
 
 #[path = "support/env.rs"]
@@ -40,7 +40,8 @@ struct OrderPlaced {
 
 #[derive(Clone)]
 struct App {
-    redis: MultiplexedConnection,
+    /// Reconnects by itself after Redis drops the connection (a restart, a failover).
+    redis: ConnectionManager,
     orders: String,
     balances: String,
     effect_delay: Duration,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use delivery::Unit;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::testing::conformance::{self, Fixture};
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -18,7 +18,7 @@ fn redis_url() -> String {
 struct Redis {
     url: String,
     suffix: String,
-    connection: MultiplexedConnection,
+    connection: ConnectionManager,
     declared: Mutex<Vec<RedisTopology>>,
 }
 

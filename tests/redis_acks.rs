@@ -11,13 +11,13 @@ use delivery::redis::{RedisHandle, RedisSource, RedisTopology};
 use delivery::{Disposition, Source, TransportError, Unit};
 use futures_util::{FutureExt, StreamExt};
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 
 fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-async fn fresh(name: &str) -> (RedisTopology, MultiplexedConnection) {
+async fn fresh(name: &str) -> (RedisTopology, ConnectionManager) {
     let url = redis_url();
     let mut redis = delivery::redis::connect(&url)
         .await
@@ -37,7 +37,7 @@ async fn fresh(name: &str) -> (RedisTopology, MultiplexedConnection) {
 /// Publishes `n` units and receives them all through a fresh source.
 async fn received(
     topology: &RedisTopology,
-    redis: &mut MultiplexedConnection,
+    redis: &mut ConnectionManager,
     n: usize,
 ) -> (RedisSource, Vec<(Unit, RedisHandle)>) {
     for i in 0..n {
@@ -57,7 +57,7 @@ async fn received(
 }
 
 /// Whether `entry_id` is still pending in the group.
-async fn is_pending(redis: &mut MultiplexedConnection, stream: &str, entry_id: &str) -> bool {
+async fn is_pending(redis: &mut ConnectionManager, stream: &str, entry_id: &str) -> bool {
     let reply: Value = redis::cmd("XPENDING")
         .arg(stream)
         .arg("workers")
@@ -74,7 +74,7 @@ async fn is_pending(redis: &mut MultiplexedConnection, stream: &str, entry_id: &
 }
 
 /// The number of entries pending in the group.
-async fn pending_total(redis: &mut MultiplexedConnection, stream: &str) -> i64 {
+async fn pending_total(redis: &mut ConnectionManager, stream: &str) -> i64 {
     let reply: Value = redis::cmd("XPENDING")
         .arg(stream)
         .arg("workers")

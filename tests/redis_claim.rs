@@ -12,7 +12,7 @@ use delivery::{
     Consumer, Disposition, HandlerError, ReasonKind, Source, State, Unit, UnitId, consumer,
 };
 use redis::Value;
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionManager;
 
 /// The ids a handler saw.
 #[derive(Clone, Default)]
@@ -30,7 +30,7 @@ fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
-async fn fresh(name: &str) -> (RedisTopology, MultiplexedConnection) {
+async fn fresh(name: &str) -> (RedisTopology, ConnectionManager) {
     let url = redis_url();
     let mut redis = delivery::redis::connect(&url)
         .await
@@ -48,7 +48,7 @@ async fn fresh(name: &str) -> (RedisTopology, MultiplexedConnection) {
 
 /// `(consumer, times delivered)` of a pending entry, from `XPENDING`'s extended form.
 async fn pending(
-    redis: &mut MultiplexedConnection,
+    redis: &mut ConnectionManager,
     stream: &str,
     entry_id: &str,
 ) -> Option<(String, i64)> {

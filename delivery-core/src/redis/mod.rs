@@ -94,7 +94,7 @@ pub use ::redis as client;
 use std::time::Duration;
 
 use ::redis::AsyncConnectionConfig;
-use ::redis::aio::MultiplexedConnection;
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 
 use crate::transport::TransportError;
 
@@ -123,10 +123,24 @@ async fn open(
         .map_err(|e| TransportError::new("connecting to Redis", e))
 }
 
-/// Opens a multiplexed connection to `url` (`redis://host:port/db`) for commands that do not
-/// block (publishing, topology, the dead letter's operations), with a 10 s response timeout.
-pub async fn connect(url: &str) -> Result<MultiplexedConnection, TransportError> {
-    open(&client(url)?, Some(COMMAND_TIMEOUT)).await
+/// A connection to `url` (`redis://host:port/db`) for commands that do not block — a handler's
+/// effects, publishing, the topology — connected before it returns, with a 10 s response
+/// timeout. Cloning is cheap; clones share it.
+///
+/// It reconnects by itself (redis' [`ConnectionManager`]): after a restart, a failover or a
+/// dropped connection, a command in flight when it dropped fails (a handler returning that error
+/// has its unit returned and delivered again), and the next command goes on a fresh connection —
+/// a few seconds without Redis cost some retries, never a stream of units failing to their bound.
+pub async fn connect(url: &str) -> Result<ConnectionManager, TransportError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(COMMAND_TIMEOUT))
+        .set_min_delay(Duration::from_millis(100))
+        .set_max_delay(Duration::from_secs(2))
+        .set_number_of_retries(3);
+    ConnectionManager::new_with_config(client(url)?, config)
+        .await
+        .map_err(|e| TransportError::new("connecting to Redis", e))
 }
 
 /// Connects to `url` and declares `topology` ([`RedisTopology::declare`]).

@@ -1,6 +1,6 @@
 //! Publishing a unit as a stream entry in the layout the source reads.
 
-use ::redis::aio::MultiplexedConnection;
+use ::redis::aio::ConnectionLike;
 
 use super::{FIELD_ID, FIELD_PAYLOAD};
 use crate::transport::TransportError;
@@ -23,7 +23,7 @@ use crate::unit::Unit;
 /// # let _ = entry_id; Ok(()) }
 /// ```
 pub async fn publish(
-    connection: &mut MultiplexedConnection,
+    connection: &mut (impl ConnectionLike + Send),
     stream: &str,
     unit: &Unit,
 ) -> Result<String, TransportError> {

@@ -4,7 +4,6 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use ::redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
 use crate::transport::TransportError;
@@ -178,7 +177,7 @@ impl RedisTopology {
     /// (`BUSYGROUP`) is left as it is. The dead-letter stream is created by its first entry.
     pub async fn declare(
         &self,
-        connection: &mut MultiplexedConnection,
+        connection: &mut (impl ::redis::aio::ConnectionLike + Send),
     ) -> Result<(), TransportError> {
         let created = ::redis::cmd("XGROUP")
             .arg("CREATE")
