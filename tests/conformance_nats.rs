@@ -50,6 +50,8 @@ impl JetStream {
             // The shortest JetStream allows: the suite publishes one unit twice on purpose.
             .duplicate_window(Duration::from_millis(100))
             .batch(16)
+            // A unit whose last delivery was cut short is swept into the dead letter this often.
+            .sweep_every(Duration::from_millis(500))
     }
 
     async fn delete(&self, topology: &NatsTopology) {

@@ -345,3 +345,64 @@ async fn a_held_return_is_given_back_at_shutdown_quorum_and_classic() {
         rabbit.cleanup().await;
     }
 }
+
+/// Refuses every unit, counting the runs.
+#[delivery::consumer]
+async fn refuses(
+    delivery::State(runs): delivery::State<std::sync::Arc<AtomicU64>>,
+) -> Result<(), delivery::HandlerError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Err(delivery::HandlerError::reject("refused"))
+}
+
+/// A dead letter that cannot take the unit (its queue deleted: the copy comes back unroutable)
+/// leaves the unit returned, never acknowledged — and returned after a pause, not at once: the
+/// broker would deliver it again at once, and a consumer would spin on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_dead_letter_is_not_a_hot_loop() {
+    use delivery::Consumer;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let rabbit = Rabbit::classic().await;
+    rabbit.declare("no-dlq", 1000).await;
+    let topology = rabbit.topology("no-dlq");
+    let connection = Connection::connect(&rabbit.url, Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .queue_delete(
+            topology.dead_letter_queue_name().as_str().into(),
+            QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    rabbit.publish("no-dlq", Unit::new("refused-1", "{}")).await;
+    let runs = Arc::new(AtomicU64::new(0));
+    let report = Consumer::new(rabbit.consume("no-dlq").await)
+        .state(runs.clone())
+        .shutdown_on(tokio::time::sleep(Duration::from_secs(3)))
+        .run(refuses)
+        .await;
+    let runs = runs.load(Ordering::SeqCst);
+    // One move to the dead letter a second at most: a hot loop makes hundreds in 3 s.
+    assert!((1..=5).contains(&runs), "{runs} runs in 3 s: {report:?}");
+    assert_eq!(report.acked + report.dead_lettered, 0, "{report:?}");
+    let (ready, _) = {
+        let q = channel
+            .queue_declare(
+                topology.queue.as_str().into(),
+                delivery::lapin::options::QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        (q.message_count(), q.consumer_count())
+    };
+    assert_eq!(ready, 1, "the unit is still in its queue");
+    let _ = connection.close(200, "ok".into()).await;
+    rabbit.cleanup().await;
+}

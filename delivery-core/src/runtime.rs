@@ -9,8 +9,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures_util::FutureExt;
-
 use crate::disposition::Outcome;
 
 /// A run's shutdown signal.
@@ -61,6 +59,7 @@ pub(crate) fn guard<T>(user_code: impl FnOnce() -> T) -> Result<T, Outcome> {
 /// A future of user code whose every poll is [guarded](guard).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn guarded<F: Future>(run: F) -> impl Future<Output = Result<F::Output, Outcome>> {
+    use futures_util::FutureExt;
     AssertUnwindSafe(run)
         .catch_unwind()
         .map(|caught| caught.map_err(|panic| Outcome::panicked(&*panic)))

@@ -139,6 +139,11 @@ pub(crate) async fn carry_out<H: Settle>(
                 )
             }),
             Err(error) => {
+                if !H::DELAYS_REDELIVERY {
+                    // Not at once, where the mechanism would deliver it again at once: a dead
+                    // letter that keeps failing must not become a hot loop.
+                    tokio::time::sleep(AFTER_A_FAILED_DEAD_LETTER).await;
+                }
                 let returned = handle.give_back(unit, AFTER_A_FAILED_DEAD_LETTER).await;
                 Err(TransportError::msg(
                     "moving the unit to the dead letter",

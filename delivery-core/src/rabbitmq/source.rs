@@ -3,6 +3,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use lapin::Acker;
@@ -15,7 +16,7 @@ use super::codec::{self};
 use super::publish::ConfirmedPublisher;
 use super::settle::RabbitHandle;
 use super::topology::{QueueType, RabbitTopology};
-use crate::transport::{Source, TransportError};
+use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
 /// A consumer of one RabbitMQ quorum queue (see the [module docs](super)).
@@ -120,6 +121,20 @@ impl RabbitSource {
         })
     }
 
+    /// A classic queue's unit delivered again without being settled — its consumer crashed, or
+    /// its connection was lost — is counted here, before any handler runs: the broker keeps no
+    /// count, so a copy carrying the lost delivery goes to the back of the queue, confirmed, and
+    /// the original is acknowledged (a failed copy requeues the original, and the receive fails,
+    /// so the runtime backs off). A unit whose consumers keep dying on it so reaches the bound,
+    /// and the runtime dead-letters it on arrival (rule 2).
+    async fn count_the_lost_delivery(&self, delivery: Delivery) -> Result<(), TransportError> {
+        // As read, the unit's count is the number of deliveries so far, the lost one included.
+        let (unit, handle) = self.unit_of(delivery);
+        tracing::debug!(queue = %self.topology.queue, unit.id = %unit.id(),
+            delivery_count = unit.delivery_count().get(), "counting a delivery lost with its consumer");
+        handle.give_back(&unit, Duration::ZERO).await
+    }
+
     fn lost(&mut self, error: TransportError) -> TransportError {
         if let Some(live) = self.live.take() {
             drop(live);
@@ -133,17 +148,11 @@ impl RabbitSource {
             data,
             properties,
             acker,
-            redelivered,
             ..
         } = delivery;
         let headers = properties.headers().as_ref();
         let id = codec::unit_id(&properties, &data);
-        let mut count = codec::delivery_count(headers);
-        if self.shared.classic && redelivered {
-            // The broker delivered this copy before (its consumer went away): one more delivery
-            // than the copy carries.
-            count = count.next();
-        }
+        let count = codec::delivery_count(headers);
         let unit = Unit::new(id, data)
             .with_delivery_count(count)
             .with_headers(codec::unit_headers(headers));
@@ -195,21 +204,28 @@ impl Source for RabbitSource {
                 Err(error) => return Err(self.lost(error)),
             }
         }
-        let live = self.live.as_mut().expect("opened above");
-        match live.consumer.next().await {
-            Some(Ok(delivery)) => Ok(Some(self.unit_of(delivery))),
-            Some(Err(error)) => Err(self.lost(TransportError::new("consuming", error))),
-            None => {
-                let connected = live.connection.status().connected();
-                Err(self.lost(TransportError::msg(
-                    "consuming",
-                    if connected {
-                        "the broker cancelled the consumer (queue deleted?); resubscribing"
-                    } else {
-                        "the connection was lost; reconnecting"
-                    },
-                )))
+        loop {
+            let live = self.live.as_mut().expect("opened above");
+            let delivery = match live.consumer.next().await {
+                Some(Ok(delivery)) => delivery,
+                Some(Err(error)) => return Err(self.lost(TransportError::new("consuming", error))),
+                None => {
+                    let connected = live.connection.status().connected();
+                    return Err(self.lost(TransportError::msg(
+                        "consuming",
+                        if connected {
+                            "the broker cancelled the consumer (queue deleted?); resubscribing"
+                        } else {
+                            "the connection was lost; reconnecting"
+                        },
+                    )));
+                }
+            };
+            if self.shared.classic && delivery.redelivered {
+                self.count_the_lost_delivery(delivery).await?;
+                continue;
             }
+            return Ok(Some(self.unit_of(delivery)));
         }
     }
 

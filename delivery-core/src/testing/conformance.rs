@@ -15,6 +15,7 @@
 //! | [`a_second_delivery_changes_nothing`] | 3 |
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
 //! | [`a_slow_handler_runs_once`] | 1, 3 |
+//! | [`a_crash_loop_reaches_the_dead_letter`] | 2 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -98,6 +99,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     a_second_delivery_changes_nothing(fixture).await;
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
     a_slow_handler_runs_once(fixture).await;
+    a_crash_loop_reaches_the_dead_letter(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
@@ -118,6 +120,9 @@ struct Script {
     /// between the effect and the acknowledgement).
     #[serde(default)]
     hang_after_effect_until: u32,
+    /// Hang before the effect on every delivery (a unit whose handling kills its consumer).
+    #[serde(default)]
+    hang: bool,
     /// Take this long before applying the effect (a slow handler).
     #[serde(default)]
     sleep_ms: u64,
@@ -173,6 +178,9 @@ impl Handler<Store> for Scripted {
             store.runs.lock().unwrap().push((script.key.clone(), count));
             if script.reject {
                 return Outcome::Rejected(format!("{} refused", script.key));
+            }
+            if script.hang {
+                std::future::pending::<()>().await;
             }
             if script.sleep_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.sleep_ms)).await;
@@ -745,4 +753,85 @@ pub async fn a_slow_handler_runs_once<F: Fixture>(fixture: &F) {
     );
     assert_eq!(acked, 1, "acknowledged once");
     assert!(dead_letters(fixture, &name).await.is_empty());
+}
+
+/// Rule 2: a unit whose handling kills its consumer on every delivery (here: the consumer's task
+/// dropped, with its source and handles, while the handler runs) reaches the dead letter within
+/// the bound — the mechanism counts each delivery before the handler runs — and consumers then
+/// make progress past it. Applies where the mechanism counts a delivery cut short by a crash
+/// ([`Fixture::counts_crashed_deliveries`]).
+pub async fn a_crash_loop_reaches_the_dead_letter<F: Fixture>(fixture: &F) {
+    if !fixture.counts_crashed_deliveries() {
+        return;
+    }
+    let name = queue("crash-loop");
+    fixture.declare(&name, 3).await;
+    let payload = r#"{"key":"d","value":1,"hang":true}"#;
+    fixture.publish(&name, Unit::new("doom-1", payload)).await;
+    let store = Store::default();
+    for crash in 1..=3 {
+        let source = fixture.consume(&name).await;
+        let running = tokio::spawn({
+            let store = store.clone();
+            async move {
+                Consumer::new(source)
+                    .state(store)
+                    .concurrency(1)
+                    .max_deliveries(3)
+                    .run(Scripted)
+                    .await
+            }
+        });
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while store.runs_of("d").len() < crash {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "conformance `a_crash_loop_reaches_the_dead_letter`: delivery {crash} never came; runs: {:?}",
+                store.runs()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        running.abort();
+        let _ = running.await;
+    }
+    // The next consumer finds the unit past the bound (or the mechanism, which delivers no
+    // more, reports it stranded on its last delivery): dead-lettered without running, and the
+    // consumer goes on with the next unit.
+    fixture
+        .publish(&name, Unit::new("after-1", script("a", 2)))
+        .await;
+    let source = fixture.consume(&name).await;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = tokio::spawn({
+        let (store, stop) = (store.clone(), stop.clone());
+        Consumer::new(source)
+            .state(store)
+            .max_deliveries(3)
+            .shutdown_on(async move { stop.notified().await })
+            .run(Scripted)
+    });
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let dead = loop {
+        let dead = dead_letters(fixture, &name).await;
+        if store.rows().contains_key("a") && !dead.is_empty() {
+            break dead;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance `a_crash_loop_reaches_the_dead_letter`: not dead-lettered, or no progress; runs: {:?}, dead letter: {dead:?}",
+            store.runs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    stop.notify_one();
+    running.await.expect("the consumer ran");
+    assert_eq!(
+        store.runs_of("d"),
+        [1, 2, 3],
+        "conformance `a_crash_loop_reaches_the_dead_letter`: the handler ran once per delivery, up to the bound"
+    );
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].id, "doom-1");
+    assert_eq!(dead[0].payload.as_ref(), payload.as_bytes(), "intact");
+    assert_eq!(dead[0].reason, ReasonKind::Exhausted);
 }
