@@ -48,13 +48,13 @@ impl PgStore {
         let t = &table.qualified;
         let claim = |ordered: &str| {
             format!(
-                "UPDATE {t} SET lease_owner = $1, lease_until = now() + $2::float8 * interval '1 millisecond' \
+                "UPDATE {t} SET attempts = attempts + 1, lease_owner = $1, lease_until = now() + $2::float8 * interval '1 millisecond' \
                  WHERE id IN ( \
                    SELECT o.id FROM {t} o \
                    WHERE o.status = 'pending' AND o.available_at <= now() \
                      AND (o.lease_until IS NULL OR o.lease_until <= now()) {ordered} \
                    ORDER BY o.seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, topic, key, payload, attempts, seq"
+                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq"
             )
         };
         let ordered = format!(
@@ -64,7 +64,7 @@ impl PgStore {
         let mark = format!(
             "UPDATE {t} AS t SET \
                status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
-               attempts = t.attempts + CASE WHEN f.op IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+               attempts = t.attempts - CASE WHEN f.op = 'release' THEN 1 ELSE 0 END, \
                last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
                available_at = CASE WHEN f.op = 'retry' THEN now() + f.delay_ms::float8 * interval '1 millisecond' \
                               ELSE t.available_at END, \

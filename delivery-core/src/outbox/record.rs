@@ -103,7 +103,10 @@ impl Record {
         &self.payload
     }
 
-    /// How many earlier attempts failed (0 on the first).
+    /// How many earlier attempts there were (0 on the first): attempts that failed, and attempts
+    /// cut short by a relay that died. Each is counted in the store when the record is claimed,
+    /// before the relay function runs, so a record whose attempt kills the relay still reaches
+    /// `max_attempts`.
     pub fn attempts(&self) -> u32 {
         self.attempts
     }

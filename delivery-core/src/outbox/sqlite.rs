@@ -50,13 +50,13 @@ impl SqliteStore {
         let t = &table.qualified;
         let claim = |ordered: &str| {
             format!(
-                "UPDATE {t} SET lease_owner = ?1, lease_until = {NOW} + ?2 \
+                "UPDATE {t} SET attempts = attempts + 1, lease_owner = ?1, lease_until = {NOW} + ?2 \
                  WHERE id IN ( \
                    SELECT o.id FROM {t} o \
                    WHERE o.status = 'pending' AND o.available_at <= {NOW} \
                      AND (o.lease_until IS NULL OR o.lease_until <= {NOW}) {ordered} \
                    ORDER BY o.rowid LIMIT ?3) \
-                 RETURNING id, topic, key, payload, attempts, rowid"
+                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, rowid"
             )
         };
         let ordered = format!(
@@ -66,7 +66,7 @@ impl SqliteStore {
         let mark = format!(
             "UPDATE {t} AS t SET \
                status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
-               attempts = t.attempts + CASE WHEN f.op IN ('retry', 'dead') THEN 1 ELSE 0 END, \
+               attempts = t.attempts - CASE WHEN f.op = 'release' THEN 1 ELSE 0 END, \
                last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
                available_at = CASE WHEN f.op = 'retry' THEN {NOW} + f.delay_ms ELSE t.available_at END, \
                delivered_at = CASE WHEN f.op = 'delivered' THEN {NOW} ELSE NULL END, \

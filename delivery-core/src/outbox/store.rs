@@ -32,7 +32,8 @@ pub struct Claim<'a> {
 pub enum Mark {
     /// The receiver confirmed: `delivered`.
     Delivered(RecordId),
-    /// Failed: `attempts + 1`, claimable again `after` from the database's now.
+    /// Failed: claimable again `after` from the database's now. (The attempt was counted when
+    /// the record was claimed.)
     Retry {
         /// The record.
         id: RecordId,
@@ -41,14 +42,15 @@ pub enum Mark {
         /// The backoff.
         after: Duration,
     },
-    /// Failed for good: `attempts + 1`, `dead`, with the reason as `last_error`.
+    /// Failed for good: `dead`, with the reason as `last_error`.
     Dead {
         /// The record.
         id: RecordId,
         /// Why.
         reason: DeadLetterReason,
     },
-    /// Not attempted to the end (shutdown): the lease is given up, nothing counted.
+    /// Not attempted to the end (shutdown): the lease is given up, and the attempt counted at
+    /// the claim is taken back.
     Release(RecordId),
 }
 
@@ -151,7 +153,7 @@ pub struct StoredRecord {
     pub payload: Bytes,
     /// Where it stands.
     pub status: Status,
-    /// Failed attempts so far.
+    /// Attempts so far, counted as each began (the claim).
     pub attempts: u32,
     /// The last failure (for a dead record: `reason: detail`, e.g. `rejected: ...`).
     pub last_error: Option<String>,

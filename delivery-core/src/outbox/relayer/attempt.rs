@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::record::{Attempt, Record, Relay};
 use super::super::store::Mark;
 use super::relay_loop::BoxFuture;
-use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
+use crate::disposition::{
+    DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
+};
 use crate::runtime;
 use crate::unit::{DeliveryCount, UnitId};
 
@@ -37,10 +39,15 @@ pub(super) fn start<S, R: Relay<S>>(
     state: &S,
     attempts: &Arc<Attempts>,
 ) -> BoxFuture<Finished> {
+    let attempt = record.attempts().saturating_add(1);
+    if attempt > attempts.policy.max_deliveries.get() {
+        // Every earlier attempt was cut short (the relay died during each): dead before the
+        // relay function runs again, as a consumer's unit that arrives past the bound.
+        return Box::pin(std::future::ready(past_the_bound(record, attempt)));
+    }
     let call = runtime::guard(|| relay.call(&record, state));
     let attempts = attempts.clone();
     Box::pin(async move {
-        let attempt = record.attempts().saturating_add(1);
         let result = match call {
             Err(panicked) => Err(panicked),
             Ok(call) => {
@@ -99,4 +106,19 @@ pub(super) fn start<S, R: Relay<S>>(
         };
         Finished { mark, attempt }
     })
+}
+
+#[cold]
+fn past_the_bound(record: Record, attempt: u32) -> Finished {
+    let detail = format!(
+        "attempt {attempt} claimed past the bound ({} attempts) without an answer: the relay stopped or crashed during the earlier ones",
+        attempt - 1
+    );
+    Finished {
+        mark: Mark::Dead {
+            id: record.id().clone(),
+            reason: DeadLetterReason::new(ReasonKind::Exhausted, detail),
+        },
+        attempt,
+    }
 }
