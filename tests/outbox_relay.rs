@@ -292,7 +292,7 @@ async fn round_trip<St: Db>(outbox: Outbox, store: St) {
         assert_eq!(payload["order"], format!("o-{i}"));
         let stored = store.get(id.as_str()).await;
         assert_eq!(stored.status, Status::Delivered);
-        assert_eq!(stored.attempts, 0);
+        assert_eq!(stored.attempts, 1, "one attempt, counted when claimed");
     }
     // Nothing is sent twice when nothing failed.
     assert_eq!(sink.sent().len(), 40);
@@ -468,7 +468,11 @@ async fn panic_is_a_failure<St: Db>(outbox: Outbox, store: St) {
         .await;
     assert_eq!((report.retried, report.delivered), (1, 1), "{report:?}");
     let stored = store.get("boom").await;
-    assert_eq!((stored.status, stored.attempts), (Status::Delivered, 1));
+    assert_eq!(
+        (stored.status, stored.attempts),
+        (Status::Delivered, 2),
+        "the panicked attempt and the delivered one"
+    );
     assert!(stored.last_error.unwrap().contains("panicked"));
 }
 
