@@ -5,8 +5,8 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, AckKind};
 use async_nats::{Client, Subject};
 use futures_util::StreamExt;
@@ -27,6 +27,9 @@ use crate::unit::{DeliveryCount, Stamp, Unit};
 /// whatever was not acknowledged.
 pub struct NatsSource {
     topology: NatsTopology,
+    /// The durable consumer's own settings, as the server holds them (not as the topology says).
+    bound: NonZeroU32,
+    ack_wait: Duration,
     consumer: PullConsumer,
     messages: Option<pull::Stream>,
     shared: Arc<Shared>,
@@ -79,6 +82,39 @@ async fn sweep_stranded(shared: Weak<Shared>, dead_letters: NatsDeadLetters, eve
     }
 }
 
+/// The durable consumer's settings the rules rest on, read from the server rather than trusted:
+/// explicit acknowledgement (with `all`, an acknowledgement covers earlier units still being
+/// handled; with `none`, every unit counts as acknowledged on receipt — either loses units), and
+/// its own `max_deliver` and `ack_wait`.
+fn checked(
+    consumer: &PullConsumer,
+    topology: &NatsTopology,
+) -> Result<(NonZeroU32, Duration), TransportError> {
+    let config = &consumer.cached_info().config;
+    if config.ack_policy != AckPolicy::Explicit {
+        return Err(TransportError::msg(
+            "checking the durable consumer",
+            format!(
+                "`{}` on stream `{}` has ack policy `{:?}`, and delivery needs `explicit`: with \
+                 `all` an acknowledgement covers earlier units still being handled, with `none` \
+                 every unit counts as acknowledged on receipt. Recreate it with \
+                 `AckPolicy::Explicit` (`delivery::nats::declare` does)",
+                topology.durable, topology.stream, config.ack_policy
+            ),
+        ));
+    }
+    let bound = u32::try_from(config.max_deliver)
+        .ok()
+        .and_then(NonZeroU32::new)
+        .unwrap_or_else(|| topology.max_deliveries());
+    if bound != topology.max_deliveries() {
+        tracing::warn!(stream = %topology.stream, durable = %topology.durable,
+            server = bound.get(), topology = topology.max_deliver,
+            "the durable consumer's max_deliver differs from the topology's; the server's is the bound");
+    }
+    Ok((bound, config.ack_wait))
+}
+
 impl NatsSource {
     /// A source of `topology`'s durable consumer at `url`, connected before it returns, so a wrong
     /// URL or a missing consumer fails at start. Declare the topology first ([`super::declare`]).
@@ -97,6 +133,7 @@ impl NatsSource {
             .get_consumer_from_stream(&topology.durable, &topology.stream)
             .await
             .map_err(|e| TransportError::new("looking up the durable consumer", e))?;
+        let (bound, ack_wait) = checked(&consumer, &topology)?;
         let shared = Arc::new(Shared {
             client,
             context,
@@ -114,6 +151,8 @@ impl NatsSource {
         }
         Ok(NatsSource {
             topology,
+            bound,
+            ack_wait,
             consumer,
             messages: None,
             shared,
@@ -193,18 +232,21 @@ impl Source for NatsSource {
         }
     }
 
+    /// The durable consumer's `max_deliver` as the server holds it (the topology's when the
+    /// server's is unlimited).
     fn max_deliveries(&self) -> Option<NonZeroU32> {
-        Some(self.topology.max_deliveries())
+        Some(self.bound)
     }
 
     fn name(&self) -> &str {
         &self.topology.stream
     }
 
-    /// `+WPI` every third of `ack_wait` while the handler runs, up to `in_progress_limit`.
+    /// `+WPI` every third of the server's `ack_wait` while the handler runs, up to
+    /// `in_progress_limit`.
     fn keep_alive(&self) -> Option<KeepAlive> {
         Some(KeepAlive::within(
-            self.topology.ack_wait,
+            self.ack_wait,
             self.topology.in_progress_limit,
         ))
     }
