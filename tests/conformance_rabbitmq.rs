@@ -406,3 +406,25 @@ async fn a_failing_dead_letter_is_not_a_hot_loop() {
     let _ = connection.close(200, "ok".into()).await;
     rabbit.cleanup().await;
 }
+
+/// A queue the topology calls quorum but the broker holds as classic (it has no
+/// `x-delivery-count`, so a failed unit would be returned forever) is refused at connect, with
+/// the differing argument named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_topology_over_a_classic_queue_is_refused_at_connect() {
+    let rabbit = Rabbit::classic().await;
+    rabbit.declare("really-classic", 5).await;
+    let quorum = RabbitTopology::new(rabbit.topology("really-classic").queue.clone());
+    let error = RabbitSource::connect(rabbit.url.as_str(), quorum)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    // The broker names the first argument that differs (the classic queue has no dead-letter
+    // exchange, no type, no limit).
+    assert!(
+        error.contains("already exists with a different") && error.contains("really-classic"),
+        "{error}"
+    );
+    rabbit.cleanup().await;
+}

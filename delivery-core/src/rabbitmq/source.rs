@@ -8,14 +8,16 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use lapin::Acker;
 use lapin::message::Delivery;
-use lapin::options::{BasicConsumeOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{
+    BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, QueueDeclareOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 
 use super::codec::{self};
 use super::publish::ConfirmedPublisher;
 use super::settle::RabbitHandle;
-use super::topology::{QueueType, RabbitTopology};
+use super::topology::{QueueType, RabbitTopology, TopologyError};
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -97,6 +99,7 @@ impl RabbitSource {
 
     async fn open(&self) -> Result<Live, TransportError> {
         let connection = super::connect(&self.url).await?;
+        self.check(&connection).await?;
         let channel = connection
             .create_channel()
             .await
@@ -133,6 +136,43 @@ impl RabbitSource {
         tracing::debug!(queue = %self.topology.queue, unit.id = %unit.id(),
             delivery_count = unit.delivery_count().get(), "counting a delivery lost with its consumer");
         handle.give_back(&unit, Duration::ZERO).await
+    }
+
+    /// The queue as the broker holds it, checked against the topology rather than trusted: it
+    /// must exist, and with the topology's arguments — above all its type. A queue the topology
+    /// calls quorum that is classic on the broker has no `x-delivery-count`, so a failed unit's
+    /// count would never move and it would be returned forever; the broker refuses the
+    /// declaration with the differing argument, and the source reports it at connect.
+    async fn check(&self, connection: &Connection) -> Result<(), TransportError> {
+        let queue = self.topology.queue.as_str();
+        let declare = async |passive: bool, arguments: FieldTable| {
+            // A refused declaration closes its channel: each gets one of its own.
+            let channel = connection
+                .create_channel()
+                .await
+                .map_err(|e| TransportError::new("opening a channel", e))?;
+            let options = QueueDeclareOptions {
+                passive,
+                durable: true,
+                ..QueueDeclareOptions::default()
+            };
+            let declared = channel
+                .queue_declare(queue.into(), options, arguments)
+                .await;
+            let _ = channel.close(200, "checked".into()).await;
+            Ok::<_, TransportError>(declared.map(drop))
+        };
+        declare(true, FieldTable::default())
+            .await?
+            .map_err(|e| TransportError::new("looking up the queue (declare it first)", e))?;
+        declare(false, self.topology.queue_arguments())
+            .await?
+            .map_err(|e| {
+                TransportError::new(
+                    "checking the queue against the topology",
+                    TopologyError::new("checking the queue", queue, e),
+                )
+            })
     }
 
     fn lost(&mut self, error: TransportError) -> TransportError {

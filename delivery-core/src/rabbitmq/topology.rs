@@ -248,7 +248,7 @@ pub struct TopologyError {
 }
 
 impl TopologyError {
-    fn new(doing: &'static str, name: &str, source: lapin::Error) -> Self {
+    pub(super) fn new(doing: &'static str, name: &str, source: lapin::Error) -> Self {
         let text = source.to_string();
         let argument = text
             .split_once("inequivalent arg '")
