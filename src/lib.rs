@@ -97,6 +97,7 @@
 //! | `nats` | NATS JetStream |
 //! | `kafka` | Kafka through rdkafka |
 //! | `http` | the relay's HTTP sink |
+//! | `testing` | `testing::MemorySink`, the relay's receiver for tests: its receipt confirms a send that went nowhere, so enable it from `[dev-dependencies]` only |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 #[doc(inline)]
@@ -322,7 +323,7 @@ pub use delivery_macros::webhook;
 /// # #[cfg(feature = "sqlite")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use delivery::outbox::sink::MemorySink;
+/// use delivery::testing::MemorySink;
 /// use delivery::outbox::{NewRecord, Outbox, Relayer};
 /// use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 ///
