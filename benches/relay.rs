@@ -20,8 +20,9 @@ use delivery::lapin::options::{
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
-use delivery::outbox::sink::{MemorySink, RabbitSink};
+use delivery::outbox::sink::RabbitSink;
 use delivery::outbox::{Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer};
+use delivery::testing::MemorySink;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Row};
 

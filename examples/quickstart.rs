@@ -248,8 +248,8 @@ webhooks, verified over the raw body before parsing (rule 5):"
 /// receiver's receipt. The first attempt fails (the receiver is "down"), the second gets through.
 #[cfg(feature = "sqlite")]
 mod relay {
-    use delivery::outbox::sink::{MemorySink, SinkFailure};
     use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
+    use delivery::testing::{MemorySink, SinkFailure};
     use delivery::{Backoff, HandlerError, OutboxRecord, Receipt, State, relay};
 
     #[derive(serde::Serialize, serde::Deserialize)]

@@ -97,6 +97,7 @@
 //! | `nats` | NATS JetStream |
 //! | `kafka` | Kafka through rdkafka |
 //! | `http` | the relay's HTTP sink |
+//! | `testing` | `testing::MemorySink`, the relay's receiver for tests: its receipt confirms a send that went nowhere, so enable it from `[dev-dependencies]` only |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 #[doc(inline)]
@@ -267,15 +268,22 @@ pub use delivery_macros::consumer;
 ///   and while reading, before any hashing.
 /// - `tolerance_secs = seconds`: how far a signed timestamp may be from the clock, either way
 ///   (default 300).
+/// - `credential_headers = ["X-Api-Key", ..]`: header names, beside `Authorization`, `Cookie` and
+///   `Proxy-Authorization`, that carry credentials and are never copied into the unit's
+///   [`Headers`] ([`webhook::Verifier::credential_header`]).
 /// - `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`].
 ///
 /// # Parameters
 /// The extractors of [`consumer`], resolved from the verified delivery:
 /// [`Json<T>`] decodes the verified body; [`State<S>`] is the handler's state, taken from the
-/// router's state by `FromRef` as axum's own `State` is; [`UnitId`] is the delivery's id —
-/// Standard Webhooks `webhook-id`, GitHub `X-GitHub-Delivery`, Shopify `X-Shopify-Webhook-Id`,
-/// Stripe's event `id`, Slack's `event_id` ([`webhook::Verifier::unit_id`]), or, when the delivery
-/// carries none, `sha256:<hex>` of the verified body; [`Headers`] are the request's headers;
+/// router's state by `FromRef` as axum's own `State` is; [`UnitId`] is the delivery's id, taken
+/// only from what the signature covers ([`webhook::Verifier::unit_id`]) — Standard Webhooks
+/// `webhook-id`, Stripe's event `id`, Slack's `event_id`, or `sha256:<hex>` of the verified body
+/// when the delivery carries no signed id: always for GitHub and Shopify, whose
+/// `X-GitHub-Delivery` / `X-Shopify-Webhook-Id` is unsigned and would let a replay pass as a new
+/// unit (both stay in the headers, for logs); [`Headers`] are the request's headers, without
+/// those that carry credentials (`Authorization`, `Cookie`, `Proxy-Authorization`, and
+/// `credential_headers`);
 /// [`Unit`] holds the verified bytes. HTTP senders send no delivery count, so [`DeliveryCount`] is
 /// always 1.
 ///
@@ -322,7 +330,7 @@ pub use delivery_macros::webhook;
 /// # #[cfg(feature = "sqlite")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use delivery::outbox::sink::MemorySink;
+/// use delivery::testing::MemorySink;
 /// use delivery::outbox::{NewRecord, Outbox, Relayer};
 /// use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 ///

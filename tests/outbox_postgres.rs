@@ -9,10 +9,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use delivery::Backoff;
-use delivery::outbox::sink::{MemorySink, SinkFailure};
 use delivery::outbox::{
     Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status,
 };
+use delivery::testing::{MemorySink, SinkFailure};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool};
 

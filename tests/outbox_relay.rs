@@ -11,11 +11,11 @@ use std::time::Duration;
 mod dead_letters;
 
 use delivery::dead_letter::{DeadLetters, Selection};
-use delivery::outbox::sink::{MemorySink, SinkFailure};
 use delivery::outbox::{
     Attempt, FromRecord, IntoAttempt, NewRecord, Outbox, OutboxRecord, PgStore, Record, RecordId,
     Relay, Relayer, SqliteStore, Status, Store, StoredRecord,
 };
+use delivery::testing::{MemorySink, SinkFailure};
 use delivery::{Backoff, ReasonKind, UnitId};
 use sqlx::AssertSqlSafe;
 

@@ -35,6 +35,7 @@ const GITHUB_OLD_VAR: &str = "DELIVERY_TEST_WEBHOOK_AXUM_GITHUB_OLD";
 const GITHUB_NEW: &str = "github secret, new";
 const GITHUB_OLD: &str = "github secret, old";
 const UNSET_VAR: &str = "DELIVERY_TEST_WEBHOOK_AXUM_NEVER_SET";
+const SHOPIFY_SECRET: &str = "shopify secret";
 /// The handlers' body limit (`max_body = 1024`).
 const LIMIT: usize = 1024;
 
@@ -67,6 +68,8 @@ struct App {
     flaky_failed: Arc<Mutex<Vec<String>>>,
     /// What the handlers saw, for the metadata tests.
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The unit headers the handlers saw.
+    headers_seen: Arc<Mutex<Vec<Headers>>>,
 }
 
 impl App {
@@ -77,6 +80,7 @@ impl App {
             effects: Arc::default(),
             flaky_failed: Arc::default(),
             seen: Arc::default(),
+            headers_seen: Arc::default(),
         }
     }
 
@@ -158,7 +162,31 @@ async fn github_hook(
 ) -> Result<(), HandlerError> {
     let event = headers.get_str("x-github-event").map(str::to_owned);
     app.calls.fetch_add(1, Ordering::SeqCst);
+    app.headers_seen.lock().unwrap().push(headers);
     app.seen.lock().unwrap().push((id.to_string(), event));
+    Ok(())
+}
+
+/// Shopify signs the body only, like GitHub: the unit id is the body's digest.
+#[webhook(scheme = shopify, secret = |_: &App| SHOPIFY_SECRET)]
+async fn shopify_hook(
+    State(app): State<App>,
+    id: UnitId,
+    Json(event): Json<Event>,
+) -> Result<(), HandlerError> {
+    apply(&app, &id, event).await
+}
+
+/// A route behind a proxy that adds an API key of its own: dropped from the unit, with the
+/// request's `Authorization`, `Cookie` and `Proxy-Authorization`.
+#[webhook(
+    scheme = github,
+    secret = env("DELIVERY_TEST_WEBHOOK_AXUM_GITHUB_NEW"),
+    credential_headers = ["X-Api-Key"]
+)]
+async fn guarded_hook(State(app): State<App>, headers: Headers) -> Result<(), HandlerError> {
+    app.calls.fetch_add(1, Ordering::SeqCst);
+    app.headers_seen.lock().unwrap().push(headers);
     Ok(())
 }
 
@@ -214,6 +242,12 @@ fn router(app: &App) -> Router {
             "/github",
             delivery::webhook::route(github_hook, app).expect("the secrets are set"),
         )
+        .route("/shopify", post(shopify_hook))
+        .route(
+            "/guarded/routed",
+            delivery::webhook::route(guarded_hook, app).expect("the secret is set"),
+        )
+        .route("/guarded/post", post(guarded_hook))
         .route("/unset", post(unset_hook))
         .route("/slack", post(slack_hook))
         .with_state(app.clone())
@@ -582,15 +616,12 @@ async fn rotation_accepts_every_listed_secret_and_only_those() {
     let router = router(&app);
     let body = br#"{"zen":"Keep it logically awesome."}"#;
     let github = |secret: &str, delivery: &str| {
-        Request::post("/github")
-            .header("x-github-event", "ping")
-            .header("x-github-delivery", delivery)
-            .header(
-                "x-hub-signature-256",
-                format!("sha256={}", hex::encode(hmac(secret.as_bytes(), &[body]))),
-            )
-            .body(Body::from(&body[..]))
-            .unwrap()
+        github_request(
+            "/github",
+            secret,
+            body,
+            &[("x-github-event", "ping"), ("x-github-delivery", delivery)],
+        )
     };
     assert_eq!(
         send(&router, github(GITHUB_NEW, "d-1")).await.0,
@@ -605,14 +636,133 @@ async fn rotation_accepts_every_listed_secret_and_only_those() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(app.calls(), 2);
-    // The unit id is GitHub's delivery id; the headers are the request's.
+    // The unit id is the signed body's digest (GitHub's delivery id is not signed); the headers
+    // are the request's.
+    let id = body_id(body);
     assert_eq!(
         *app.seen.lock().unwrap(),
         [
-            ("d-1".to_owned(), Some("ping".to_owned())),
-            ("d-2".to_owned(), Some("ping".to_owned()))
+            (id.clone(), Some("ping".to_owned())),
+            (id, Some("ping".to_owned()))
         ]
     );
+}
+
+/// A GitHub delivery of `body` to `path`, signed with `secret`, with `headers` beside the
+/// signature.
+fn github_request(
+    path: &str,
+    secret: &str,
+    body: &[u8],
+    headers: &[(&str, &str)],
+) -> Request<Body> {
+    let signature = format!("sha256={}", hex::encode(hmac(secret.as_bytes(), &[body])));
+    let mut request = Request::post(path).header("x-hub-signature-256", signature);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.body(Body::from(body.to_vec())).unwrap()
+}
+
+/// `sha256:<hex>` of `body`, computed here.
+fn body_id(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+/// GitHub and Shopify sign the body only, and no timestamp: a captured delivery verifies forever,
+/// and its delivery-id header is not signed. Replayed under a fresh id, it is still the same unit
+/// (the id comes from the signed body), so deduplication by id holds.
+#[tokio::test]
+async fn a_replay_under_a_fresh_delivery_id_is_the_same_unit() {
+    let app = App::new();
+    let router = router(&app);
+    let body = br#"{"zen":"Design for failure."}"#;
+    let github = |delivery: &str| {
+        github_request(
+            "/github",
+            GITHUB_NEW,
+            body,
+            &[("x-github-event", "ping"), ("x-github-delivery", delivery)],
+        )
+    };
+    assert_eq!(send(&router, github("d-original")).await.0, StatusCode::OK);
+    assert_eq!(send(&router, github("d-replayed")).await.0, StatusCode::OK);
+    let seen = app.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].0, body_id(body));
+    assert_eq!(seen[0], seen[1], "a fresh delivery id, the same unit");
+
+    let event =
+        serde_json::to_vec(&serde_json::json!({"type": "orders/paid", "data": {"n": 1}})).unwrap();
+    let shopify = |webhook_id: &str| {
+        Request::post("/shopify")
+            .header("x-shopify-topic", "orders/paid")
+            .header("x-shopify-webhook-id", webhook_id)
+            .header(
+                "x-shopify-hmac-sha256",
+                BASE64.encode(hmac(SHOPIFY_SECRET.as_bytes(), &[&event])),
+            )
+            .body(Body::from(event.clone()))
+            .unwrap()
+    };
+    assert_eq!(
+        send(&router, shopify("wh-original")).await.0,
+        StatusCode::OK
+    );
+    let effect = app.effects();
+    assert_eq!(effect.keys().collect::<Vec<_>>(), [&body_id(&event)]);
+    assert_eq!(
+        send(&router, shopify("wh-replayed")).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(app.effects(), effect, "the replay changed nothing");
+    // A forged body under the old signature is still refused.
+    let mut forged = shopify("wh-forged");
+    *forged.body_mut() = Body::from(&b"{\"type\":\"orders/paid\",\"data\":{\"n\":2}}"[..]);
+    assert_eq!(send(&router, forged).await.0, StatusCode::UNAUTHORIZED);
+}
+
+/// A verified request's credentials — `Authorization`, `Cookie`, `Proxy-Authorization` and the
+/// names given in `credential_headers` — never reach the unit's headers; the rest do.
+#[tokio::test]
+async fn a_verified_delivery_carries_no_credential_headers_into_the_unit() {
+    let app = App::new();
+    let router = router(&app);
+    let body = br#"{"zen":"Avoid administrative distraction."}"#;
+    let credentials = [
+        ("Authorization", "Bearer proxy-t0ken"),
+        ("Cookie", "session=s3ss10n"),
+        ("Proxy-Authorization", "Basic cHJveHk6cGFzcw=="),
+        ("X-Api-Key", "api-k3y"),
+    ];
+    for path in ["/guarded/routed", "/guarded/post"] {
+        let mut headers = vec![("x-github-event", "push"), ("x-github-delivery", "d-7")];
+        headers.extend(credentials);
+        let request = github_request(path, GITHUB_NEW, body, &headers);
+        assert_eq!(send(&router, request).await.0, StatusCode::OK, "{path}");
+    }
+    let seen = app.headers_seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    for headers in seen {
+        let names: Vec<&str> = headers.iter().map(|(name, _)| name).collect();
+        assert_eq!(
+            names,
+            ["x-github-delivery", "x-github-event", "x-hub-signature-256"],
+            "no credential is copied into the unit"
+        );
+        assert!(
+            headers
+                .iter()
+                .all(|(_, value)| !String::from_utf8_lossy(value).contains("t0ken"))
+        );
+    }
+    // Only the route that names `X-Api-Key` drops it: `/github` keeps it, but not `Authorization`.
+    let request = github_request("/github", GITHUB_NEW, body, &credentials);
+    assert_eq!(send(&router, request).await.0, StatusCode::OK);
+    let kept = app.headers_seen.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(kept.get_str("x-api-key"), Some("api-k3y"));
+    assert_eq!(kept.get("authorization"), None);
 }
 
 #[tokio::test]

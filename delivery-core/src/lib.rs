@@ -25,6 +25,7 @@
 //! | `postgres`, `sqlite` | outbox stores (sqlx): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
 //! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
 //! | `kafka` | Kafka through rdkafka: [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
+//! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod consumer;

@@ -528,9 +528,11 @@ fn shopify_vector() {
         verifier.verify_at(&h, br#"{"id":2}"#, at(NOW)),
         Err(VerifyError::Mismatch)
     );
+    // The webhook id is unsigned: the unit's id is the signed body's digest.
+    assert_eq!(verifier.delivery_id(&h).as_deref(), Some("wh-1"));
     assert_eq!(
-        verifier.unit_id(&h, br#"{"id":1}"#).as_deref(),
-        Some("wh-1")
+        verifier.unit_id(&h, br#"{"id":1}"#),
+        Some(body_id(br#"{"id":1}"#))
     );
     // Hex is not Shopify's encoding.
     let hex = headers(&[(
@@ -831,9 +833,10 @@ fn shopify_api_js_published_vector() {
     let verifier = Verifier::new(Scheme::Shopify, "test_secret_key");
     assert_eq!(verifier.verify_at(&shopify(hmac), body, at(NOW)), Ok(()));
     assert_eq!(
-        verifier.unit_id(&shopify(hmac), body).as_deref(),
+        verifier.delivery_id(&shopify(hmac)).as_deref(),
         Some("123456789")
     );
+    assert_eq!(verifier.unit_id(&shopify(hmac), body), Some(body_id(body)));
     assert_eq!(
         sign_shopify("test_secret_key", body, 0)["x-shopify-hmac-sha256"],
         hmac
@@ -894,9 +897,10 @@ fn github_header_forms() {
     let h = sign_github("s3cr3t", BODY, 0);
     assert_eq!(verifier.verify_at(&h, BODY, UNIX_EPOCH), Ok(()));
     assert_eq!(
-        verifier.unit_id(&h, BODY).as_deref(),
+        verifier.delivery_id(&h).as_deref(),
         Some("72d3162e-cc78-11e3-81ab-4c9367dc0958")
     );
+    assert_eq!(verifier.unit_id(&h, BODY), Some(body_id(BODY)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1436,6 +1440,95 @@ fn generic_layout_with_unknown_placeholder_panics_at_build() {
 #[should_panic(expected = "not a valid header name")]
 fn generic_invalid_header_name_panics_at_build() {
     let _ = HmacScheme::new("X Sig");
+}
+
+/// `sha256:<hex>` of `body`, computed here with `sha2` directly.
+fn body_id(body: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
+}
+
+/// GitHub and Shopify sign the body only; their delivery id is an unsigned header, and no
+/// timestamp bounds a replay. A captured delivery replayed under a fresh id still verifies, and
+/// must be the same unit: the unit id comes from the signed bytes, not the header.
+#[test]
+fn an_unsigned_delivery_id_is_not_the_unit_id() {
+    for (scheme, secret, id_header) in [
+        (Scheme::GitHub, "s3cr3t", "x-github-delivery"),
+        (Scheme::Shopify, "shop-secret", "x-shopify-webhook-id"),
+    ] {
+        let verifier = Verifier::new(scheme.clone(), secret);
+        let original = delivery_core::testing::Signer::new(scheme.clone(), secret)
+            .id("d-1")
+            .headers(BODY);
+        let mut replay = original.clone();
+        replay.insert(id_header, HeaderValue::from_static("d-2-fresh"));
+        // Both verify, years apart: nothing signed says when or which delivery it was.
+        assert_eq!(verifier.verify_at(&original, BODY, at(NOW)), Ok(()));
+        assert_eq!(
+            verifier.verify_at(&replay, BODY, at(NOW + 86_400 * 365 * 3)),
+            Ok(())
+        );
+        assert_eq!(verifier.delivery_id(&replay).as_deref(), Some("d-2-fresh"));
+        assert_eq!(
+            verifier.unit_id(&original, BODY),
+            Some(body_id(BODY)),
+            "{scheme:?}"
+        );
+        assert_eq!(
+            verifier.unit_id(&replay, BODY),
+            verifier.unit_id(&original, BODY)
+        );
+        // Another event is another unit.
+        let other = br#"{"type":"invoice.paid","id":"evt_2"}"#;
+        assert_ne!(
+            verifier.unit_id(&original, other),
+            verifier.unit_id(&original, BODY)
+        );
+    }
+
+    // A generic scheme's id is the unit's only when the signature covers it.
+    let unsigned = Scheme::Hmac(HmacScheme::new("X-Sig").id_header("X-Id"));
+    let h = headers(&[("x-sig", &hex_mac(b"k", &[BODY])), ("x-id", "id-9")]);
+    let verifier = Verifier::new(unsigned, "k");
+    assert_eq!(verifier.verify_at(&h, BODY, at(NOW)), Ok(()));
+    assert_eq!(verifier.delivery_id(&h).as_deref(), Some("id-9"));
+    assert_eq!(verifier.unit_id(&h, BODY), Some(body_id(BODY)));
+    let signed = Verifier::new(generic_scheme(), "k");
+    let h = sign_generic("k", BODY, NOW);
+    assert_eq!(signed.verify_at(&h, BODY, at(NOW)), Ok(()));
+    assert_eq!(signed.unit_id(&h, BODY).as_deref(), Some("dlv-1"));
+}
+
+/// The unit's headers never carry a caller's credentials.
+#[test]
+fn credential_headers_are_not_unit_headers() {
+    let h = headers(&[
+        ("X-GitHub-Event", "push"),
+        ("Authorization", "Bearer t0ken"),
+        ("Cookie", "session=abc"),
+        ("Proxy-Authorization", "Basic Zm9vOmJhcg=="),
+        ("X-Api-Key", "k3y"),
+        ("X-Other-Token", "t"),
+    ]);
+    let plain = Verifier::new(Scheme::GitHub, "s").unit_headers(&h);
+    let names: Vec<&str> = plain.iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["x-api-key", "x-github-event", "x-other-token"]);
+    let named = Verifier::new(Scheme::GitHub, "s")
+        .credential_header("X-API-Key")
+        .credential_header("x-other-token")
+        .unit_headers(&h);
+    let names: Vec<&str> = named.iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["x-github-event"]);
+    assert!(
+        Verifier::new(Scheme::GitHub, "s").is_credential_header(&HeaderName::from_static("cookie"))
+    );
+}
+
+#[test]
+#[should_panic(expected = "is not a valid header name")]
+fn an_invalid_credential_header_panics_at_build() {
+    let _ = Verifier::new(Scheme::GitHub, "s").credential_header("not a header");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //!   `Bytes`, `String`, `Request`, `Body`) is refused (rule 5), by its tokens where they tell and
 //!   by its type otherwise;
 //! - `scheme = ..` and `secret = ..` are required; a secret is never written in the source;
+//! - `credential_headers = ["X-Api-Key"]` names headers, beside `Authorization`, `Cookie` and
+//!   `Proxy-Authorization`, that are never copied into the unit (checked as header names here);
 //! - the struct implements `WebhookHandler<S>` (how to build its verifier, how to run it against
 //!   the router's state) and axum's `Handler`, so `post(name)` routes to it.
 
@@ -28,7 +30,8 @@ use crate::expand::{self, Attrs};
 use crate::kind::{Kind, Runtime};
 
 const KEYS: &str = "`scheme = stripe`, `secret = env(\"VAR\")`, `max_body = bytes`, \
-                    `tolerance_secs = seconds`, `allow_clock = \"why\"`, `state = Type`, `crate = path`";
+                    `tolerance_secs = seconds`, `credential_headers = [\"X-Api-Key\"]`, \
+                    `allow_clock = \"why\"`, `state = Type`, `crate = path`";
 
 /// The schemes by the name written in the attribute, with their `Scheme` variant.
 const SCHEMES: &[(&str, &str)] = &[
@@ -59,6 +62,8 @@ pub(crate) struct Hook {
     secret_given: bool,
     max_body: Option<LitInt>,
     tolerance_secs: Option<LitInt>,
+    /// `credential_headers = [..]`: header names dropped from the unit, beside the defaults.
+    credential_headers: Option<Vec<LitStr>>,
 }
 
 enum SecretSource {
@@ -116,6 +121,39 @@ impl Kind for Webhook {
     }
 }
 
+/// `credential_headers = ["X-Api-Key", ..]`: a list of header names (HTTP tokens), lowercased as
+/// `http` stores them. `None` when it is not one (reported).
+fn credential_headers(expr: &Expr, cx: &Ctxt) -> Option<Vec<LitStr>> {
+    const FORM: &str = "`credential_headers` lists header names that carry credentials, never copied into the unit: `credential_headers = [\"X-Api-Key\"]` (`Authorization`, `Cookie` and `Proxy-Authorization` always are)";
+    let Expr::Array(ExprArray { elems, .. }) = expr else {
+        cx.error_spanned_by(expr, FORM);
+        return None;
+    };
+    let mut names = Vec::new();
+    for elem in elems {
+        let Expr::Lit(syn::ExprLit {
+            lit: Lit::Str(name),
+            ..
+        }) = elem
+        else {
+            cx.error_spanned_by(elem, FORM);
+            return None;
+        };
+        let value = name.value();
+        // RFC 9110 `token`: what `http::HeaderName` accepts.
+        let is_token = !value.is_empty()
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !is_token {
+            cx.error_spanned_by(name, format!("{value:?} is not a header name"));
+            return None;
+        }
+        names.push(LitStr::new(&value.to_ascii_lowercase(), name.span()));
+    }
+    Some(names)
+}
+
 /// The state of a handler that takes none: its parameters come from the unit alone.
 fn unit_state() -> Type {
     syn::parse_quote!(())
@@ -155,6 +193,11 @@ impl Hook {
                     "`tolerance_secs` is how far a signed timestamp may be from the clock, in seconds, such as `tolerance_secs = 300`",
                 ),
                 Ok(_) => set(cx, meta, &mut self.tolerance_secs, secs)?,
+            }
+        } else if meta.path.is_ident("credential_headers") {
+            let expr: Expr = meta.value()?.parse()?;
+            if let Some(names) = credential_headers(&expr, cx) {
+                set(cx, meta, &mut self.credential_headers, names)?;
             }
         } else {
             return Ok(false);
@@ -471,6 +514,7 @@ fn expand_webhook(
                 }
             });
             let max_body = hook.max_body.as_ref().map(|n| quote!(.max_body(#n)));
+            let credential_headers = hook.credential_headers.iter().flatten();
             let tolerance = hook
                 .tolerance_secs
                 .as_ref()
@@ -480,6 +524,7 @@ fn expand_webhook(
                     #(#steps)*
                     #max_body
                     #tolerance
+                    #(.credential_header(#credential_headers))*
                     .build()
             };
             // Secrets read from the environment only are the same for every state and every

@@ -9,7 +9,7 @@
 //! | [`PgStore`], [`SqliteStore`] | the outbox table: claims under a lease, batched marks, dead records and re-queue |
 //! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
-//! | [`sink`] | where a relay function sends: RabbitMQ, HTTP, and [`sink::MemorySink`] for tests |
+//! | [`sink`] | where a relay function sends: RabbitMQ, Kafka, HTTP (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
 //!
 //! The table (`delivery-core/sql/outbox_postgres.sql`, `outbox_sqlite.sql`) keeps per record: its
 //! id (fixed at write time), topic, key, payload, status (`pending`, `delivered`, `dead`), failed

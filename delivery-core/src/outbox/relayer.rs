@@ -29,7 +29,7 @@ use relay_loop::RelayLoop;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::future::Future;
-/// use delivery_core::outbox::sink::MemorySink;
+/// use delivery_core::testing::MemorySink;
 /// use delivery_core::outbox::{Attempt, IntoAttempt, NewRecord, Outbox, Record, Relay, Relayer};
 ///
 /// // What `#[relay]` generates around `async fn publish(record: Record, State(sink): State<MemorySink>)`.

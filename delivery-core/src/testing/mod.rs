@@ -1,5 +1,11 @@
 //! Helpers for testing your own handlers without a broker.
 //!
+//! With the `testing` feature, `MemorySink` is here too: the receiver of a relay under test,
+//! which returns a `Receipt` without sending anything. It exists only under that feature (enable
+//! it in `[dev-dependencies]`, `delivery = { version = "..", features = ["testing"] }`), never in
+//! `outbox::sink`, so a production build cannot wire a relay to a receipt that proves nothing
+//! (rule 6).
+//!
 //! The one every consumer should have — a second delivery changes nothing (rule 3):
 //!
 //! ```
@@ -41,7 +47,11 @@ use crate::handler::Handler;
 use crate::transport::{Settle, TransportError};
 use crate::unit::Unit;
 pub mod conformance;
+#[cfg(feature = "testing")]
+mod memory_sink;
 mod sign;
+#[cfg(feature = "testing")]
+pub use memory_sink::{MemorySink, Sent, SinkFailure};
 pub use sign::{Signer, sign};
 
 /// Carries out `disposition` for `unit` through its transport's `handle`, exactly as the

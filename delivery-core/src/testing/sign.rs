@@ -132,7 +132,9 @@ impl Signer {
     ///
     /// By default it is derived from the body, so that the same body signed twice is a
     /// redelivery; give two deliveries of one body different ids to make them different
-    /// deliveries.
+    /// deliveries — for Standard Webhooks and a generic scheme that signs `{id}`. GitHub's and
+    /// Shopify's id is not signed, so the unit's id is the body's digest whatever id is given
+    /// here ([`Verifier::unit_id`](crate::webhook::Verifier::unit_id)): one body is one unit.
     #[must_use]
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());

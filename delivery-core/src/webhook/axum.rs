@@ -15,6 +15,14 @@
 //! Each request's outcome is logged once, with `tracing`, under the handler's name; no log line,
 //! error or response carries a secret.
 //!
+//! # The unit
+//!
+//! The handler's [`Unit`] holds the verified bytes, the id [`Verifier::unit_id`] derives from what
+//! the signature covers (or `sha256:<hex>` of the body when the delivery carries none), and the
+//! request's headers without those that carry credentials ([`Verifier::unit_headers`]):
+//! `Authorization`, `Cookie`, `Proxy-Authorization`, and any named with
+//! `#[webhook(credential_headers = ["X-Api-Key"])]` ([`Verifier::credential_header`]).
+//!
 //! # Secrets are checked at startup
 //!
 //! [`route`] builds the handler's [`Verifier`] when the router is built — reading its environment
@@ -34,18 +42,17 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ::axum::extract::Request;
-use ::axum::http::{HeaderMap, StatusCode, header};
+use ::axum::http::{StatusCode, header};
 use ::axum::response::{IntoResponse, Response};
 use ::axum::routing::MethodRouter;
 use bytes::Bytes;
 use futures_util::FutureExt as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-use sha2::{Digest as _, Sha256};
 
-use super::{Scheme, Secret, Verifier, VerifyError};
+use super::{Scheme, Secret, Verifier, VerifyError, body_id};
 use crate::disposition::Outcome;
 use crate::extract::{FromUnit, Malformed};
-use crate::unit::{Headers, Unit};
+use crate::unit::Unit;
 
 /// A webhook handler: what `#[webhook(..)]` implements for the unit struct it generates, for
 /// every router state `S` its own state can be taken from (`T: FromRef<S>`, as axum's `State`).
@@ -435,10 +442,11 @@ where
         return refused(H::NAME, &error);
     }
 
+    // The id from what the signature covers; the headers without the caller's credentials.
     let id = verifier
         .unit_id(&parts.headers, &body)
-        .unwrap_or_else(|| body_digest(&body));
-    let unit = Unit::new(id, body).with_headers(unit_headers(&parts.headers));
+        .unwrap_or_else(|| body_id(&body));
+    let unit = Unit::new(id, body).with_headers(verifier.unit_headers(&parts.headers));
     let outcome = run(handler, &unit, state).await;
     respond(H::NAME, &unit, &outcome)
 }
@@ -568,20 +576,6 @@ fn respond(webhook: &str, unit: &Unit, outcome: &Outcome) -> Response {
     (status, text).into_response()
 }
 
-/// The unit's id when the delivery carries none (a Slack slash command): derived from the
-/// verified bytes, so every delivery of the same bytes has the same id (rule 3).
-fn body_digest(body: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(body)))
-}
-
-fn unit_headers(headers: &HeaderMap) -> Headers {
-    Headers::from_pairs(
-        headers
-            .iter()
-            .map(|(name, value)| (name.as_str(), Bytes::copy_from_slice(value.as_bytes()))),
-    )
-}
-
 /// Builds a verifier from the attribute's arguments. Not public API.
 #[doc(hidden)]
 pub struct Config {
@@ -591,6 +585,7 @@ pub struct Config {
     error: Option<WebhookConfigError>,
     max_body: Option<usize>,
     tolerance: Option<Duration>,
+    credential_headers: Vec<&'static str>,
 }
 
 impl Config {
@@ -602,6 +597,7 @@ impl Config {
             error: None,
             max_body: None,
             tolerance: None,
+            credential_headers: Vec::new(),
         }
     }
 
@@ -652,6 +648,12 @@ impl Config {
         self
     }
 
+    /// `credential_headers = [..]`: one name (checked by the attribute).
+    pub fn credential_header(mut self, name: &'static str) -> Self {
+        self.credential_headers.push(name);
+        self
+    }
+
     pub fn build(self) -> Result<Verifier, WebhookConfigError> {
         if let Some(error) = self.error {
             return Err(error);
@@ -680,7 +682,10 @@ impl Config {
         if let Some(tolerance) = self.tolerance {
             verifier = verifier.tolerance(tolerance);
         }
-        Ok(verifier)
+        Ok(self
+            .credential_headers
+            .into_iter()
+            .fold(verifier, Verifier::credential_header))
     }
 }
 

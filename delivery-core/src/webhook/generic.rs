@@ -104,8 +104,11 @@ impl HmacScheme {
         self
     }
 
-    /// A header carries the delivery's id, the same on every redelivery: what
-    /// [`Verifier::unit_id`](super::Verifier::unit_id) returns, and `{id}` in the signed content.
+    /// A header carries the delivery's id, the same on every redelivery: `{id}` in the signed
+    /// content, and [`Verifier::delivery_id`](super::Verifier::delivery_id). Only when the signed
+    /// content has `{id}` is it also the unit's id ([`Verifier::unit_id`](super::Verifier::unit_id));
+    /// an id outside the signature can be changed by whoever replays a captured delivery, so the
+    /// unit's id is then `sha256:<hex>` of the verified body.
     ///
     /// # Panics
     ///
@@ -172,6 +175,11 @@ impl HmacScheme {
         } else {
             None
         }
+    }
+
+    /// Whether the id header's value is covered by the signature (`{id}` in the signed content).
+    pub(super) fn id_is_signed(&self) -> bool {
+        self.id.is_some() && self.template().contains(ID)
     }
 
     /// The delivery's id, from the id header.

@@ -15,6 +15,12 @@
 //!   replay) or the future, is refused.
 //! - A missing, repeated or malformed header is its own [`VerifyError`], naming the header.
 //! - Secrets never appear in `Debug`, `Display` or any error ([`Secret`]).
+//! - The unit's id is taken only from what the signature covers ([`Verifier::unit_id`]): a
+//!   provider's unsigned delivery-id header (GitHub, Shopify) is not trusted for deduplication,
+//!   since a captured request replayed under a fresh id would otherwise be a new unit.
+//! - The unit's headers never carry the request's credentials ([`Verifier::unit_headers`]):
+//!   `Authorization`, `Cookie`, `Proxy-Authorization` and the names given to
+//!   [`Verifier::credential_header`] are dropped.
 
 mod error;
 mod generic;
@@ -29,8 +35,12 @@ mod axum;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use http::HeaderMap;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, header};
+use sha2::{Digest as _, Sha256};
 use subtle::{Choice, ConstantTimeEq};
+
+use crate::unit::Headers;
 
 #[cfg(feature = "axum")]
 #[doc(hidden)]
@@ -71,9 +81,15 @@ use secret::Key;
 ///
 /// // Verify the raw bytes first; only then parse them.
 /// verifier.verify_at(&headers, b"Hello, World!", SystemTime::now())?;
+/// // GitHub signs the body only: its delivery id is informational (for logs) ...
+/// assert_eq!(
+///     verifier.delivery_id(&headers).as_deref(),
+///     Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+/// );
+/// // ... and the unit's id, what deduplication keys on, comes from the signed bytes.
 /// assert_eq!(
 ///     verifier.unit_id(&headers, b"Hello, World!").as_deref(),
-///     Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+///     Some("sha256:dffd6021bb2bd5b0af676290809ec3a53191dd81c7f70a4b28688a362182986f"),
 /// );
 ///
 /// // A body changed by one byte is refused.
@@ -92,6 +108,8 @@ pub struct Verifier {
     tolerance: Duration,
     max_body: usize,
     misconfigured: Option<&'static str>,
+    /// Header names beyond [`Verifier::CREDENTIAL_HEADERS`] never copied into a unit.
+    credential_headers: Vec<HeaderName>,
 }
 
 impl Verifier {
@@ -100,6 +118,16 @@ impl Verifier {
 
     /// The default body limit: 1 MiB.
     pub const DEFAULT_MAX_BODY: usize = 1024 * 1024;
+
+    /// The request headers that carry credentials, never copied into a unit's headers
+    /// ([`unit_headers`](Verifier::unit_headers)): a handler, a log line or a dead letter that
+    /// shows the unit's headers must not show a caller's token. Add others with
+    /// [`credential_header`](Verifier::credential_header).
+    pub const CREDENTIAL_HEADERS: [HeaderName; 3] = [
+        header::AUTHORIZATION,
+        header::COOKIE,
+        header::PROXY_AUTHORIZATION,
+    ];
 
     /// A verifier for `scheme`, accepting signatures made with `secret`.
     ///
@@ -115,6 +143,7 @@ impl Verifier {
             keys: Vec::new(),
             tolerance: Self::DEFAULT_TOLERANCE,
             max_body: Self::DEFAULT_MAX_BODY,
+            credential_headers: Vec::new(),
         };
         verifier.also_accept(secret)
     }
@@ -144,6 +173,57 @@ impl Verifier {
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
         self
+    }
+
+    /// Also drops the header `name` (any case) from the unit's headers, beside
+    /// [`CREDENTIAL_HEADERS`](Verifier::CREDENTIAL_HEADERS): a header that carries a credential
+    /// of your own, such as an API key a proxy adds (`X-Api-Key`). With `#[webhook]`, the
+    /// attribute's `credential_headers = ["X-Api-Key"]` calls it.
+    ///
+    /// ```
+    /// use delivery_core::webhook::{Scheme, Verifier};
+    /// use http::{HeaderMap, HeaderValue};
+    ///
+    /// let verifier = Verifier::new(Scheme::GitHub, "secret").credential_header("X-Api-Key");
+    /// let mut headers = HeaderMap::new();
+    /// headers.insert("x-github-event", HeaderValue::from_static("push"));
+    /// headers.insert("authorization", HeaderValue::from_static("Bearer t0ken"));
+    /// headers.insert("x-api-key", HeaderValue::from_static("k3y"));
+    /// let kept = verifier.unit_headers(&headers);
+    /// assert_eq!(kept.get_str("x-github-event"), Some("push"));
+    /// assert_eq!(kept.get("authorization"), None);
+    /// assert_eq!(kept.get("x-api-key"), None);
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid header name (a configuration constant, checked where the
+    /// verifier is built, like [`HeaderName::from_static`]).
+    pub fn credential_header(mut self, name: impl AsRef<str>) -> Self {
+        let name = name.as_ref();
+        match HeaderName::from_bytes(name.as_bytes()) {
+            Ok(name) => self.credential_headers.push(name),
+            Err(_) => panic!("{name:?} is not a valid header name"),
+        }
+        self
+    }
+
+    /// Whether `name` carries a credential: one of
+    /// [`CREDENTIAL_HEADERS`](Verifier::CREDENTIAL_HEADERS) or a name given to
+    /// [`credential_header`](Verifier::credential_header).
+    pub fn is_credential_header(&self, name: &HeaderName) -> bool {
+        Self::CREDENTIAL_HEADERS.contains(name) || self.credential_headers.contains(name)
+    }
+
+    /// The request's headers as the unit carries them: every one but those that carry
+    /// credentials ([`is_credential_header`](Verifier::is_credential_header)).
+    pub fn unit_headers(&self, headers: &HeaderMap) -> Headers {
+        Headers::from_pairs(
+            headers
+                .iter()
+                .filter(|(name, _)| !self.is_credential_header(name))
+                .map(|(name, value)| (name.as_str(), Bytes::copy_from_slice(value.as_bytes()))),
+        )
     }
 
     /// The scheme this verifier checks.
@@ -198,6 +278,10 @@ impl Verifier {
     /// `webhook-id` (or `svix-id`), GitHub `X-GitHub-Delivery`, Shopify `X-Shopify-Webhook-Id`,
     /// or a generic scheme's [`id_header`](HmacScheme::id_header). `None` for Stripe and Slack,
     /// whose ids are in the body ([`unit_id`](Verifier::unit_id)).
+    ///
+    /// GitHub's and Shopify's (and a generic scheme's whose signed content has no `{id}`) is
+    /// not signed: anyone replaying a captured delivery can change it. Log it, correlate with the
+    /// provider's console by it, but deduplicate by [`unit_id`](Verifier::unit_id).
     pub fn delivery_id(&self, headers: &HeaderMap) -> Option<String> {
         self.scheme
             .header_id(headers)
@@ -205,15 +289,30 @@ impl Verifier {
             .map(str::to_owned)
     }
 
-    /// The unit's id for idempotency (rule 3): the same on every redelivery of the delivery.
+    /// The unit's id for idempotency (rule 3): the same on every redelivery of the delivery,
+    /// and taken only from what the signature covers, so a replay cannot pass as a new unit.
     ///
-    /// The [`delivery_id`](Verifier::delivery_id) from the headers, or, for Stripe, the event's
-    /// top-level `"id"` and, for Slack, the Events API's top-level `"event_id"`, read from
-    /// `verified_body` — call it only once [`verify`](Verifier::verify) passed. `None` when the
-    /// delivery carries no id (a Slack slash command, say).
+    /// - Standard Webhooks (and a generic scheme whose signed content has `{id}`): the
+    ///   [`delivery_id`](Verifier::delivery_id), which is signed.
+    /// - Stripe: the event's top-level `"id"`; Slack: the Events API's top-level `"event_id"` —
+    ///   both read from `verified_body`, which is signed. `None` when the body carries none (a
+    ///   Slack slash command, say); the `#[webhook]` route then takes `sha256:<hex>` of the body.
+    /// - GitHub, Shopify (and a generic scheme whose id, if any, is not signed): `sha256:<hex>`
+    ///   of `verified_body`. Their delivery-id header is outside the signature, and they sign no
+    ///   timestamp, so a captured request verifies forever; keyed by that header, each replay
+    ///   under a fresh id would be a new unit. Keyed by the signed bytes, every replay and every
+    ///   redelivery of one event is the same unit (two events with byte-identical bodies are one
+    ///   unit too: the same bytes, the same effect). The header id stays available from
+    ///   [`delivery_id`](Verifier::delivery_id) and in the unit's headers, for logs.
+    ///
+    /// Call it only once [`verify`](Verifier::verify) passed.
     pub fn unit_id(&self, headers: &HeaderMap, verified_body: &[u8]) -> Option<String> {
         let Some(field) = self.scheme.body_id_field() else {
-            return self.delivery_id(headers);
+            return if self.scheme.header_id_is_signed() {
+                self.delivery_id(headers)
+            } else {
+                Some(body_id(verified_body))
+            };
         };
         let event: serde_json::Value = serde_json::from_slice(verified_body).ok()?;
         let id = event.get(field)?.as_str()?;
@@ -232,6 +331,12 @@ impl Verifier {
         }
         matched.into()
     }
+}
+
+/// A unit id derived from the verified bytes, `sha256:<hex>`: the same for every delivery of the
+/// same bytes (rule 3), for a delivery whose signature covers no id of its own.
+pub(crate) fn body_id(body: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(body)))
 }
 
 /// Refuses a timestamp further than `tolerance` from `now`, in either direction.

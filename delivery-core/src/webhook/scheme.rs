@@ -11,21 +11,35 @@ use super::{Secret, VerifyError, standard, stripe};
 
 /// A signing scheme, each exactly as its provider publishes it.
 ///
-/// | scheme | headers | signed bytes | secret | delivery id |
+/// | scheme | headers | signed bytes | secret | unit id ([`Verifier::unit_id`](super::Verifier::unit_id)) |
 /// |---|---|---|---|---|
-/// | `GitHub` | `X-Hub-Signature-256: sha256=<hex>` | body | as given | `X-GitHub-Delivery` |
+/// | `GitHub` | `X-Hub-Signature-256: sha256=<hex>` | body | as given | `sha256:<hex>` of the body (`X-GitHub-Delivery` is unsigned) |
 /// | `Stripe` | `Stripe-Signature: t=<unix>,v1=<hex>[,v1=...]` | `{t}.{body}` | the whole `whsec_...` string | the event's `id` |
 /// | `StandardWebhooks` | `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64> ...` (or `svix-*`) | `{id}.{timestamp}.{body}` | `whsec_<base64>`, decoded (prefix optional) | `webhook-id` |
 /// | `Slack` | `X-Slack-Signature: v0=<hex>`, `X-Slack-Request-Timestamp` | `v0:{timestamp}:{body}` | as given | the event's `event_id` |
-/// | `Shopify` | `X-Shopify-Hmac-Sha256: <base64>` | body | as given | `X-Shopify-Webhook-Id` |
-/// | `Hmac(..)` | configured ([`HmacScheme`]) | configured | as given | the configured id header |
+/// | `Shopify` | `X-Shopify-Hmac-Sha256: <base64>` | body | as given | `sha256:<hex>` of the body (`X-Shopify-Webhook-Id` is unsigned) |
+/// | `Hmac(..)` | configured ([`HmacScheme`]) | configured | as given | the id header if `{id}` is signed, else `sha256:<hex>` of the body |
 ///
 /// All are HMAC-SHA256. Schemes with a timestamp reject one outside the verifier's tolerance
 /// (default 300 s) in the past or the future.
+///
+/// # Replays
+///
+/// A captured delivery can be sent again by whoever captured it. What stops it:
+///
+/// | scheme | replay window | a replay inside the window |
+/// |---|---|---|
+/// | `Stripe`, `StandardWebhooks`, `Slack`, `Hmac(..)` with a timestamp header | the signed timestamp ± the [tolerance](super::Verifier::tolerance) (300 s by default); outside it the delivery is refused (`401`) | carries the same signed id (the event's `id`, `webhook-id`, `event_id`; a Slack delivery without one: the body's digest), so it is the same unit: deduplicated by id |
+/// | `GitHub`, `Shopify`, `Hmac(..)` without a timestamp | none: no timestamp is signed, so the signature verifies forever | the delivery-id header is not signed and can be changed, so the unit id is derived from the signed body instead (`sha256:<hex>`): every replay is the same unit, deduplicated by id as long as the id is remembered |
+///
+/// The unit's id is therefore always something the signature covers; deduplicating by it is
+/// sound whatever the sender's headers say. The unsigned header id is still in the unit's
+/// headers and in [`Verifier::delivery_id`](super::Verifier::delivery_id), for logs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scheme {
-    /// GitHub: `X-Hub-Signature-256: sha256=<hex>` over the raw body; no timestamp.
+    /// GitHub: `X-Hub-Signature-256: sha256=<hex>` over the raw body; no timestamp, and the
+    /// `X-GitHub-Delivery` id outside the signature: the unit id is `sha256:<hex>` of the body.
     GitHub,
     /// Stripe: `Stripe-Signature: t=<unix>,v1=<hex>` over `{t}.{body}`, keyed with the whole
     /// `whsec_...` string (not decoded); any `v1` may match.
@@ -38,7 +52,8 @@ pub enum Scheme {
     /// Slack: `X-Slack-Signature: v0=<hex>` over `v0:{timestamp}:{body}`, with the timestamp in
     /// `X-Slack-Request-Timestamp`.
     Slack,
-    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the raw body; no timestamp.
+    /// Shopify: `X-Shopify-Hmac-Sha256: <base64>` over the raw body; no timestamp, and the
+    /// `X-Shopify-Webhook-Id` outside the signature: the unit id is `sha256:<hex>` of the body.
     Shopify,
     /// Any other HMAC-SHA256 scheme, configured with [`HmacScheme`].
     Hmac(HmacScheme),
@@ -136,6 +151,16 @@ impl Scheme {
             Scheme::Shopify => one(&SHOPIFY_WEBHOOK_ID),
             Scheme::Hmac(scheme) => scheme.id(headers),
             Scheme::Stripe | Scheme::Slack => None,
+        }
+    }
+
+    /// Whether the id [`header_id`](Scheme::header_id) reads is covered by the signature, so
+    /// that a replay cannot change it.
+    pub(super) fn header_id_is_signed(&self) -> bool {
+        match self {
+            Scheme::StandardWebhooks => true,
+            Scheme::Hmac(scheme) => scheme.id_is_signed(),
+            Scheme::GitHub | Scheme::Shopify | Scheme::Stripe | Scheme::Slack => false,
         }
     }
 

@@ -1,9 +1,12 @@
 //! Sinks: where a relay function sends a record, and the only makers of a [`Receipt`](super::Receipt).
 //! Each sends under the record's own id and returns a receipt only once the receiver confirmed.
+//!
+//! The in-memory stand-in for a receiver, which confirms without sending anything, is not one of
+//! them: it is `testing::MemorySink`, behind the `testing` feature, so no production relay can
+//! be wired to a sink whose receipt proves nothing.
 
 #[cfg(feature = "http")]
 mod http;
-mod memory;
 
 #[cfg(feature = "http")]
 pub use http::*;
@@ -13,4 +16,3 @@ pub use http::*;
 pub use crate::kafka::sink::{DEFAULT_DELIVERY_TIMEOUT, KafkaSink, MESSAGE_ID};
 #[cfg(feature = "lapin")]
 pub use crate::rabbitmq::sink::{DEFAULT_CONFIRM_TIMEOUT, DEFAULT_CONFIRM_WINDOW, RabbitSink};
-pub use memory::*;

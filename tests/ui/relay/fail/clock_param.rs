@@ -1,5 +1,5 @@
 // A clock is never a parameter of a relay function either.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 
 #[relay]

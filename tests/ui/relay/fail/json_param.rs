@@ -1,5 +1,5 @@
 // A relay function takes the outbox record, not a consumer's `Json<T>`.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::{HandlerError, Json, Receipt, State, relay};
 
 #[relay]

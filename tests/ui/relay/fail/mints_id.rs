@@ -1,5 +1,5 @@
 // Rule 6: every attempt sends under the record's own id; minting one per attempt breaks dedup.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 
 #[relay]

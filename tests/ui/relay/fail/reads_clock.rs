@@ -1,5 +1,5 @@
 // Rule 6 (and 3): a relay attempt must send what was written, not stamp it with its own time.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 
 #[relay]

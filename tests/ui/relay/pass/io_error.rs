@@ -1,5 +1,5 @@
 // `?` on an ordinary error before the send: a retry.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 
 #[derive(serde::Deserialize)]

@@ -1,5 +1,5 @@
 // The shape every relay function has: the record in, the sink's receipt out.
-use delivery::outbox::sink::MemorySink;
+use delivery::testing::MemorySink;
 use delivery::outbox::{FromRecord, Record, Relay};
 use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
 

@@ -1,4 +1,7 @@
-//! In-memory sink, for users' tests: records what was sent and confirms it, or fails as told.
+//! In-memory sink, for tests only (feature `testing`): records what was sent and confirms it, or
+//! fails as told. Its [`Receipt`] proves nothing went anywhere, so it is not among the
+//! [`outbox::sink`](crate::outbox::sink)s and is not compiled without the feature: a relay wired
+//! to it in a production build would mark records delivered while nothing went out (rule 6).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::HandlerError;
-use crate::outbox::record::{Receipt, Record, RecordId};
+use crate::outbox::{Receipt, Record, RecordId};
 
 /// A sink that keeps what it is sent, in memory, and returns a [`Receipt`] for each record it
 /// accepts — the receiver of a relay under test. It can be told to fail: transiently (the relay
@@ -19,7 +22,7 @@ use crate::outbox::record::{Receipt, Record, RecordId};
 ///
 /// ```
 /// use delivery_core::outbox::Record;
-/// use delivery_core::outbox::sink::{MemorySink, SinkFailure};
+/// use delivery_core::testing::{MemorySink, SinkFailure};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let sink = MemorySink::new();
