@@ -73,6 +73,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attempts;
 mod book;
 mod codec;
 mod dead_letter;
@@ -94,9 +95,14 @@ pub use ::rdkafka as client;
 
 use rdkafka::ClientConfig;
 
-/// A client configuration for `brokers` with what every client of this module shares.
-fn config(brokers: &str) -> ClientConfig {
+/// A client configuration for `brokers` with what every client of this module shares: the
+/// user's common properties ([`KafkaTopology::client`]), then `bootstrap.servers`. The one place
+/// a client's configuration starts; each role sets its own keys over it.
+fn config(brokers: &str, common: &std::collections::BTreeMap<String, String>) -> ClientConfig {
     let mut config = ClientConfig::new();
+    for (key, value) in common {
+        config.set(key, value);
+    }
     config.set("bootstrap.servers", brokers);
     config
 }
