@@ -217,15 +217,12 @@ impl Book {
                 .iter()
                 .filter_map(|element| {
                     let partition = (self.log(element.topic())?, element.partition());
-                    let ran = state.generations.remove(&partition).is_some();
-                    state.alone.remove(&partition);
-                    let settled = state
-                        .watermarks
-                        .get(&partition)
-                        .is_none_or(|w| w.pending() == 0);
-                    if ran && settled {
+                    // A revocation is no crash: the run ends cleanly even with units in flight
+                    // (the new owner reads them again), so the new owner reads concurrently.
+                    if state.generations.remove(&partition).is_some() {
                         clean.push(partition);
                     }
+                    state.alone.remove(&partition);
                     let offset = state.watermarks.revoke(&partition)?;
                     Some((partition, offset))
                 })

@@ -106,3 +106,33 @@ fn config(brokers: &str, common: &std::collections::BTreeMap<String, String>) ->
     config.set("bootstrap.servers", brokers);
     config
 }
+
+#[cfg(test)]
+mod tests {
+    use super::KafkaTopology;
+
+    /// Every client the transport builds starts from the topology's common properties: a setting
+    /// given once reaches the source's producer (returns, dead letters, redrives) and the
+    /// attempts reader too, which the public API cannot reach on their own.
+    #[test]
+    fn the_common_properties_reach_every_client() {
+        let topology = KafkaTopology::new("orders", "billing")
+            .client_property("client.id", "acme")
+            .client_property("socket.timeout.ms", "1234");
+        let config = topology.client_config("127.0.0.1:9092");
+        assert_eq!(config.get("client.id"), Some("acme"));
+        assert_eq!(config.get("socket.timeout.ms"), Some("1234"));
+        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+
+        let bad = topology.client_property("security.protocol", "carrier-pigeon");
+        let config = bad.client_config("127.0.0.1:9092");
+        let producer = super::publish::one_record_per_batch(config.clone())
+            .err()
+            .expect("the producer refuses the setting");
+        assert!(producer.to_string().contains("security.protocol"), "{producer}");
+        let reader = super::attempts::Attempts::new(bad.attempts_topic_name(), config)
+            .err()
+            .expect("the attempts reader refuses the setting");
+        assert!(reader.to_string().contains("security.protocol"), "{reader}");
+    }
+}

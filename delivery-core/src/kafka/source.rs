@@ -54,6 +54,9 @@ pub struct KafkaSource {
     waiting_gauge: metrics::Gauge,
     /// Each partition's run since it was assigned: whether it is read one unit at a time.
     runs: HashMap<Partition, Run>,
+    /// A unit received whose placing (the broker calls of the crash-loop count) a cancelled
+    /// `receive` left unfinished: the next call finishes it first.
+    placing: Option<(Unit, KafkaHandle, Option<Instant>)>,
 }
 
 /// After a run that did not finish its partition's first unit (it crashed, or lost the partition
@@ -250,6 +253,7 @@ impl KafkaSource {
             arrivals: 0,
             max_waiting: topology.waiting_limit(),
             runs: HashMap::new(),
+            placing: None,
         })
     }
 
@@ -380,6 +384,30 @@ impl KafkaSource {
 /// its first unit's delivery, and after a run that did not finish that unit its partition is read
 /// one unit at a time for a while.
 impl KafkaSource {
+    /// A unit not yet due is held until it is (`None`); any other is handed out.
+    fn hold_or_hand_out(
+        &mut self,
+        unit: Unit,
+        handle: KafkaHandle,
+        due: Option<Instant>,
+    ) -> Option<(Unit, KafkaHandle)> {
+        match due {
+            Some(due) if due > Instant::now() => {
+                self.arrivals += 1;
+                let arrival = self.arrivals;
+                self.waiting.push(Reverse(Waiting {
+                    due,
+                    arrival,
+                    unit,
+                    handle,
+                }));
+                self.waiting_changed(true);
+                None
+            }
+            _ => Some((unit, handle)),
+        }
+    }
+
     /// The earliest time a held unit is due: the waiting returns', and the first unit queued of
     /// each partition read alone with nothing of it handed out.
     fn next_due(&self) -> Option<Instant> {
@@ -396,9 +424,11 @@ impl KafkaSource {
     }
 
     /// Runs `step` (a broker call the crash-loop count needs before a unit is handed out) until it
-    /// succeeds, pausing longer each time; `false` once `handle`'s partition is revoked meanwhile.
+    /// succeeds, pausing longer each time; `None` once the unit at `at` is no longer current (its
+    /// partition revoked meanwhile).
     async fn until_done<T, F: Future<Output = Result<T, TransportError>>>(
-        handle: &KafkaHandle,
+        book: &Book,
+        at: Tracked,
         what: &'static str,
         mut step: impl FnMut() -> F,
     ) -> Option<T> {
@@ -407,7 +437,7 @@ impl KafkaSource {
             match step().await {
                 Ok(done) => return Some(done),
                 Err(error) => {
-                    if !handle.is_current() {
+                    if !book.is_current(at.partition, at.generation) {
                         return None;
                     }
                     let pause = retry.failed();
@@ -419,21 +449,20 @@ impl KafkaSource {
         }
     }
 
-    /// Where a unit just admitted goes: `Some` to hand out (or hold until due) as usual, `None`
-    /// when it was queued to be handed out alone, or its partition was revoked meanwhile.
+    /// Where the unit just admitted (`self.placing`) goes: `Some` to hand out (or hold until due)
+    /// as usual, `None` when it was queued to be handed out alone, or its partition was revoked
+    /// meanwhile. Cancel safe: the unit stays in `self.placing` until its broker calls are done,
+    /// and a cancelled call is done again by the next.
     ///
-    /// The first unit of a partition's run reads the partition's last recorded delivery. If it
-    /// names this unit, an earlier run handed it out and never finished it: the partition is read
-    /// alone from here, counting this delivery one more. Otherwise this delivery is recorded as
-    /// the first, confirmed, before anything of the partition is handed out.
-    async fn place(
-        &mut self,
-        unit: Unit,
-        handle: KafkaHandle,
-        due: Option<Instant>,
-    ) -> Option<(Unit, KafkaHandle, Option<Instant>)> {
-        let Some(at) = handle.at else {
-            return Some((unit, handle, due));
+    /// The first unit of a partition's run reads the partition's last recorded delivery. If it is
+    /// not a clean end, an earlier run died (or lost the partition) with a unit unfinished —
+    /// maybe this one, maybe one after it: the partition is read alone from here. Otherwise this
+    /// delivery is recorded as the first, confirmed, before anything of the partition is handed
+    /// out.
+    async fn place(&mut self) -> Option<(Unit, KafkaHandle, Option<Instant>)> {
+        let at = self.placing.as_ref()?.1.at;
+        let Some(at) = at else {
+            return self.placing.take();
         };
         let partition = at.partition;
         let known = self
@@ -442,7 +471,8 @@ impl KafkaSource {
             .is_some_and(|run| run.generation == at.generation);
         if !known {
             let shared = self.shared.clone();
-            let last = Self::until_done(&handle, "reading the last delivery recorded", || {
+            let book = &shared.book;
+            let Some(last) = Self::until_done(book, at, "reading the last delivery recorded", || {
                 let shared = shared.clone();
                 async move {
                     tokio::task::spawn_blocking(move || shared.book.attempts.last(partition))
@@ -450,14 +480,18 @@ impl KafkaSource {
                         .map_err(|e| TransportError::new("reading the attempts topic", e))?
                 }
             })
-            .await?;
+            .await
+            else {
+                self.placing = None;
+                return None;
+            };
             // A run that ended cleanly records so (attempts 0); any other record is a run that
-            // died or lost the partition with a unit unfinished: maybe this one, maybe one after.
+            // died with a unit unfinished: maybe this one, maybe one after it.
             let unfinished = last.filter(|last| last.attempts > 0);
             let alone = match unfinished {
                 Some(last) => {
                     tracing::warn!(?partition, offset = at.offset, attempts = last.attempts,
-                        "an earlier consumer handed this unit out and never finished it (crashed?): its partition is read one unit at a time for a while");
+                        "an earlier consumer of this partition died with a unit unfinished: the partition is read one unit at a time for a while");
                     Some(Alone {
                         left: ALONE_AFTER_A_CRASH,
                         queue: BTreeMap::new(),
@@ -470,11 +504,14 @@ impl KafkaSource {
                         offset: at.offset,
                         attempts: 1,
                     };
-                    let shared = &self.shared;
-                    Self::until_done(&handle, "recording a delivery", || {
-                        shared.book.attempts.record(&shared.producer, partition, first)
+                    let recorded = Self::until_done(book, at, "recording a delivery", || {
+                        book.attempts.record(&shared.producer, partition, first)
                     })
-                    .await?;
+                    .await;
+                    if recorded.is_none() {
+                        self.placing = None;
+                        return None;
+                    }
                     None
                 }
             };
@@ -486,6 +523,7 @@ impl KafkaSource {
                 },
             );
         }
+        let (unit, handle, due) = self.placing.take()?;
         let Some(alone) = self
             .runs
             .get_mut(&partition)
@@ -563,8 +601,11 @@ impl KafkaSource {
             let (_, first) = run.alone.as_ref()?.queue.first_key_value()?;
             (first.due <= now && !book.alone_out(*partition)).then_some(*partition)
         })?;
-        let alone = self.runs.get_mut(&ready)?.alone.as_mut()?;
-        let (offset, waiting) = alone.queue.pop_first()?;
+        // Cancel safe: the unit stays queued until its broker calls are done; a cancelled call
+        // does them again (the same commit, the same record).
+        let alone = self.runs.get(&ready)?.alone.as_ref()?;
+        let (&offset, first) = alone.queue.first_key_value()?;
+        let at = first.handle.at?;
         let attempt = Attempt {
             offset,
             attempts: match alone.last {
@@ -572,13 +613,10 @@ impl KafkaSource {
                 _ => 1,
             },
         };
-        let Waiting { unit, handle, .. } = waiting;
-        if !handle.is_current() {
-            return None;
-        }
+        let book = &shared.book;
         // Everything before it is final: commit up to it, so the record names the committed
         // position, where the next run starts if this one dies.
-        Self::until_done(&handle, "committing before a unit handed out alone", || {
+        let committed = Self::until_done(book, at, "committing before a unit handed out alone", || {
             let shared = shared.clone();
             async move {
                 tokio::task::spawn_blocking(move || {
@@ -588,13 +626,23 @@ impl KafkaSource {
                 .map_err(|e| TransportError::new("committing offsets", e))?
             }
         })
-        .await?;
-        Self::until_done(&handle, "recording a delivery", || {
-            shared.book.attempts.record(&shared.producer, ready, attempt)
-        })
-        .await?;
-        shared.book.hand_out_alone(ready, offset);
+        .await;
+        let recorded = match committed {
+            Some(()) => {
+                Self::until_done(book, at, "recording a delivery", || {
+                    book.attempts.record(&shared.producer, ready, attempt)
+                })
+                .await
+            }
+            None => None,
+        };
         let alone = self.runs.get_mut(&ready)?.alone.as_mut()?;
+        let (_, Waiting { unit, handle, .. }) = alone.queue.pop_first()?;
+        // Revoked meanwhile: the new owner reads it again.
+        if recorded.is_none() || !handle.is_current() {
+            return None;
+        }
+        book.hand_out_alone(ready, offset);
         alone.last = Some(attempt);
         alone.left = alone.left.saturating_sub(1);
         if alone.paused && alone.queue.len() <= alone.left {
@@ -646,6 +694,16 @@ impl Source for KafkaSource {
                 self.runs
                     .retain(|partition, run| book.is_current(*partition, run.generation));
             }
+            // A unit whose placing a cancelled call left unfinished comes first.
+            if self.placing.is_some() {
+                match self.place().await {
+                    Some((unit, handle, due)) => match self.hold_or_hand_out(unit, handle, due) {
+                        Some(out) => return Ok(Some(out)),
+                        None => continue,
+                    },
+                    None => continue,
+                }
+            }
             if let Some(alone) = self.next_alone().await {
                 return Ok(Some(alone));
             }
@@ -677,24 +735,14 @@ impl Source for KafkaSource {
                 }
             };
             let message = message.map_err(|e| TransportError::new("receiving from Kafka", e))?;
-            let (unit, handle, due) = self.admit(&message);
+            let admitted = self.admit(&message);
             drop(message);
-            let Some((unit, handle, due)) = self.place(unit, handle, due).await else {
+            self.placing = Some(admitted);
+            let Some((unit, handle, due)) = self.place().await else {
                 continue;
             };
-            match due {
-                Some(due) if due > Instant::now() => {
-                    self.arrivals += 1;
-                    let arrival = self.arrivals;
-                    self.waiting.push(Reverse(Waiting {
-                        due,
-                        arrival,
-                        unit,
-                        handle,
-                    }));
-                    self.waiting_changed(true);
-                }
-                _ => return Ok(Some((unit, handle))),
+            if let Some(out) = self.hold_or_hand_out(unit, handle, due) {
+                return Ok(Some(out));
             }
         }
     }
