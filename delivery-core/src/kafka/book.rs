@@ -228,9 +228,10 @@ impl Book {
                 })
                 .collect()
         };
+        // A revocation is no crash, whether or not its commit went through.
+        self.attempts.ended_cleanly(&self.producer, &clean);
         match self.commit(consumer, &owed) {
             Ok(()) => {
-                self.attempts.ended_cleanly(&self.producer, &clean);
                 tracing::info!(
                     revoked = list.count(),
                     committed = owed.len(),

@@ -56,7 +56,17 @@ pub struct KafkaSource {
     runs: HashMap<Partition, Run>,
     /// A unit received whose placing (the broker calls of the crash-loop count) a cancelled
     /// `receive` left unfinished: the next call finishes it first.
-    placing: Option<(Unit, KafkaHandle, Option<Instant>)>,
+    placing: Option<Placing>,
+}
+
+/// A unit received and not placed yet (see [`KafkaSource::place`]).
+struct Placing {
+    unit: Unit,
+    handle: KafkaHandle,
+    due: Option<Instant>,
+    /// The partition's last recorded delivery, once read: a call resumed after a cancellation
+    /// does not read it again (it may be the record the cancelled call wrote).
+    last: Option<Option<Attempt>>,
 }
 
 /// After a run that did not finish its partition's first unit (it crashed, or lost the partition
@@ -460,9 +470,12 @@ impl KafkaSource {
     /// delivery is recorded as the first, confirmed, before anything of the partition is handed
     /// out.
     async fn place(&mut self) -> Option<(Unit, KafkaHandle, Option<Instant>)> {
-        let at = self.placing.as_ref()?.1.at;
+        let at = self.placing.as_ref()?.handle.at;
         let Some(at) = at else {
-            return self.placing.take();
+            return self
+                .placing
+                .take()
+                .map(|placing| (placing.unit, placing.handle, placing.due));
         };
         let partition = at.partition;
         let known = self
@@ -472,18 +485,29 @@ impl KafkaSource {
         if !known {
             let shared = self.shared.clone();
             let book = &shared.book;
-            let Some(last) = Self::until_done(book, at, "reading the last delivery recorded", || {
-                let shared = shared.clone();
-                async move {
-                    tokio::task::spawn_blocking(move || shared.book.attempts.last(partition))
-                        .await
-                        .map_err(|e| TransportError::new("reading the attempts topic", e))?
+            let read = self.placing.as_ref()?.last;
+            let last = match read {
+                Some(last) => last,
+                None => {
+                    let read =
+                        Self::until_done(book, at, "reading the last delivery recorded", || {
+                            let shared = shared.clone();
+                            async move {
+                                tokio::task::spawn_blocking(move || {
+                                    shared.book.attempts.last(partition)
+                                })
+                                .await
+                                .map_err(|e| TransportError::new("reading the attempts topic", e))?
+                            }
+                        })
+                        .await;
+                    let Some(last) = read else {
+                        self.placing = None;
+                        return None;
+                    };
+                    self.placing.as_mut()?.last = Some(last);
+                    last
                 }
-            })
-            .await
-            else {
-                self.placing = None;
-                return None;
             };
             // A run that ended cleanly records so (attempts 0); any other record is a run that
             // died with a unit unfinished: maybe this one, maybe one after it.
@@ -523,7 +547,9 @@ impl KafkaSource {
                 },
             );
         }
-        let (unit, handle, due) = self.placing.take()?;
+        let Placing {
+            unit, handle, due, ..
+        } = self.placing.take()?;
         let Some(alone) = self
             .runs
             .get_mut(&partition)
@@ -735,9 +761,14 @@ impl Source for KafkaSource {
                 }
             };
             let message = message.map_err(|e| TransportError::new("receiving from Kafka", e))?;
-            let admitted = self.admit(&message);
+            let (unit, handle, due) = self.admit(&message);
             drop(message);
-            self.placing = Some(admitted);
+            self.placing = Some(Placing {
+                unit,
+                handle,
+                due,
+                last: None,
+            });
             let Some((unit, handle, due)) = self.place().await else {
                 continue;
             };
