@@ -33,7 +33,10 @@ async fn a_setting_given_once_reaches_every_client() {
     let source = KafkaSource::connect(&brokers(), good.clone()).expect("a consumer");
     drop(source);
     assert_eq!(
-        KafkaDeadLetters::new(&brokers(), &good).count().await.unwrap(),
+        KafkaDeadLetters::new(&brokers(), &good)
+            .count()
+            .await
+            .unwrap(),
         0
     );
     KafkaSink::from_topology(&brokers(), &good).expect("a sink");

@@ -195,11 +195,18 @@ async fn crash_loop_reaches_the_dead_letter() {
     assert!(crashes >= 1, "the poison unit crashed the consumer");
 
     let letters = dead_letters::all(&dead).await;
-    let poisoned: Vec<_> = letters.iter().filter(|d| d.id().as_str() == poison).collect();
+    let poisoned: Vec<_> = letters
+        .iter()
+        .filter(|d| d.id().as_str() == poison)
+        .collect();
     assert!(!poisoned.is_empty(), "the poison unit is dead-lettered");
     for letter in &poisoned {
         assert_eq!(letter.reason, Some(ReasonKind::Exhausted));
-        assert_eq!(letter.unit.payload().as_ref(), poison.as_bytes(), "intact payload");
+        assert_eq!(
+            letter.unit.payload().as_ref(),
+            poison.as_bytes(),
+            "intact payload"
+        );
         assert_eq!(
             letter.unit.headers().get("tenant").map(|v| v.as_ref()),
             Some(b"acme".as_ref()),
@@ -210,7 +217,10 @@ async fn crash_loop_reaches_the_dead_letter() {
     assert!(
         letters.iter().all(|d| d.id().as_str() == poison),
         "only the poison unit is dead-lettered: {:?}",
-        letters.iter().map(|d| d.id().to_string()).collect::<Vec<_>>()
+        letters
+            .iter()
+            .map(|d| d.id().to_string())
+            .collect::<Vec<_>>()
     );
     assert_eq!(
         applied(&applied_file),

@@ -72,7 +72,9 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
             loop {
                 let a_done = dead_a.count().await.unwrap() >= 1 && applied_a.of("ok-2") >= 1;
-                let b_done = ["ok-1", "bad", "ok-2"].iter().all(|id| applied_b.of(id) >= 1);
+                let b_done = ["ok-1", "bad", "ok-2"]
+                    .iter()
+                    .all(|id| applied_b.of(id) >= 1);
                 if a_done && b_done {
                     return;
                 }
@@ -100,7 +102,11 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
     assert_eq!(letters.len(), 1, "group A dead-lettered `bad` once");
     assert_eq!(letters[0].id().as_str(), "bad");
     assert_eq!(letters[0].reason, Some(ReasonKind::Exhausted));
-    assert_eq!(dead_b.count().await.unwrap(), 0, "group B dead-lettered nothing");
+    assert_eq!(
+        dead_b.count().await.unwrap(),
+        0,
+        "group B dead-lettered nothing"
+    );
     assert!(
         end_of(&a.retry_topic_name(), 0).await >= 1,
         "group A retried `bad` through its own retry topic"

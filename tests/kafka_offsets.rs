@@ -141,7 +141,10 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
     expected.push((3, 2));
     expected.push((100, 1));
     expected.sort();
-    assert_eq!(runs, expected, "each unit once, unit 3 twice (and the sentinel once)");
+    assert_eq!(
+        runs, expected,
+        "each unit once, unit 3 twice (and the sentinel once)"
+    );
 }
 
 /// What one consumer of the rebalance test ran: unit ids, each time its handler finished.
@@ -245,7 +248,8 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     let a_partition = loop {
         let mut at_end = None;
         for partition in 0..2 {
-            if committed_at(&topic, &group, partition).await == Some(end_of(&topic, partition).await)
+            if committed_at(&topic, &group, partition).await
+                == Some(end_of(&topic, partition).await)
             {
                 at_end = Some(partition);
             }

@@ -514,8 +514,12 @@ impl KafkaSource {
             let unfinished = last.filter(|last| last.attempts > 0);
             let alone = match unfinished {
                 Some(last) => {
-                    tracing::warn!(?partition, offset = at.offset, attempts = last.attempts,
-                        "an earlier consumer of this partition died with a unit unfinished: the partition is read one unit at a time for a while");
+                    tracing::warn!(
+                        ?partition,
+                        offset = at.offset,
+                        attempts = last.attempts,
+                        "an earlier consumer of this partition died with a unit unfinished: the partition is read one unit at a time for a while"
+                    );
                     Some(Alone {
                         left: ALONE_AFTER_A_CRASH,
                         queue: BTreeMap::new(),
@@ -610,7 +614,11 @@ impl KafkaSource {
             .map(|(partition, _)| *partition)
             .collect();
         for partition in done {
-            let Some(alone) = self.runs.get_mut(&partition).and_then(|run| run.alone.take()) else {
+            let Some(alone) = self
+                .runs
+                .get_mut(&partition)
+                .and_then(|run| run.alone.take())
+            else {
                 continue;
             };
             tracing::info!(?partition, "partition read concurrently again");
@@ -642,16 +650,21 @@ impl KafkaSource {
         let book = &shared.book;
         // Everything before it is final: commit up to it, so the record names the committed
         // position, where the next run starts if this one dies.
-        let committed = Self::until_done(book, at, "committing before a unit handed out alone", || {
-            let shared = shared.clone();
-            async move {
-                tokio::task::spawn_blocking(move || {
-                    shared.book.commit_owed_of(&shared.consumer, ready)
-                })
-                .await
-                .map_err(|e| TransportError::new("committing offsets", e))?
-            }
-        })
+        let committed = Self::until_done(
+            book,
+            at,
+            "committing before a unit handed out alone",
+            || {
+                let shared = shared.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        shared.book.commit_owed_of(&shared.consumer, ready)
+                    })
+                    .await
+                    .map_err(|e| TransportError::new("committing offsets", e))?
+                }
+            },
+        )
         .await;
         let recorded = match committed {
             Some(()) => {
