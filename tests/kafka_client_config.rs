@@ -53,8 +53,6 @@ async fn a_setting_given_once_reaches_every_client() {
     refused("the dead letter's reader", dead.count().await.unwrap_err());
     refused(
         "the relay's sink",
-        KafkaSink::from_topology(&brokers(), &bad)
-            .err()
-            .expect("the sink refuses the setting"),
+        KafkaSink::from_topology(&brokers(), &bad).expect_err("the sink refuses the setting"),
     );
 }
