@@ -173,6 +173,8 @@ fn main() {
                         let topology =
                             KafkaTopology::new(&topic, format!("{topic}-delivery-{round}"))
                                 .partitions(PARTITIONS);
+                        // The group's own retry, dead-letter and attempts topics (not timed).
+                        topology.declare(&brokers()).await.unwrap();
                         ours.push(runtime(&topology, units).await);
                     }
                 }

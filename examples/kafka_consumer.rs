@@ -13,8 +13,9 @@
 //! commit and the handler's return, so a crash test can kill the consumer while effects are
 //! committed and their offsets are not; default 0).
 //!
-//! On start it creates the topics `$TOPIC`, `$TOPIC.retry` and `$TOPIC.dlq` if missing, and the
-//! `orders` and `balances` tables. Each unit is
+//! On start it creates the topics `$TOPIC`, `$TOPIC.$GROUP.retry`, `$TOPIC.$GROUP.dlq` and
+//! `$TOPIC.$GROUP.attempts` (the group's own, so other groups never handle its failures) if
+//! missing, and the `orders` and `balances` tables. Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
 //! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go

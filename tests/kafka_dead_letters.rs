@@ -66,7 +66,7 @@ async fn list_across_partitions_purge_and_redrive_under_the_same_id() {
         .await;
     }
     let dead = KafkaDeadLetters::new(&brokers(), &topology);
-    assert_eq!(dead.name(), format!("{topic}.dlq"));
+    assert_eq!(dead.name(), format!("{topic}.{topic}-group.dlq"));
     consume_until_dead(&topology, &dead, 6).await;
     assert_eq!(dead.count().await.unwrap(), 6);
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use delivery::kafka::{KafkaSource, KafkaTopology};
 use delivery::{Consumer, DeliveryCount, HandlerError, Json, State, consumer};
-use kafka_support::{brokers, committed_at, declare, end_of, produce, unique_name};
+use kafka_support::{brokers, committed_at, declare, end_of, produce, produce_to, unique_name};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -48,9 +48,14 @@ async fn handle(
 }
 
 async fn wait_committed(topic: &str, group: &str, want: i64) -> Option<i64> {
+    wait_committed_at(topic, group, 0, want).await
+}
+
+/// Until `partition`'s committed offset is `want`, at most 30 s: the offset then.
+async fn wait_committed_at(topic: &str, group: &str, partition: i32, want: i64) -> Option<i64> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let now = committed_at(topic, group, 0).await;
+        let now = committed_at(topic, group, partition).await;
         if now == Some(want) || tokio::time::Instant::now() > deadline {
             return now;
         }
@@ -63,12 +68,13 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
  {
     let topic = unique_name("offsets");
     let group = format!("{topic}-group");
+    // Partition 0 holds the units; partition 1 a sentinel, whose commit shows a commit happened.
     let topology = KafkaTopology::new(&topic, &group)
-        .partitions(1)
+        .partitions(2)
         .commit_interval(Duration::from_millis(100));
     declare(&topology).await;
     // One at a time, so offset n is unit n.
-    produce(&topic, "u", 10, |n| format!(r#"{{"n":{n}}}"#)).await;
+    produce_to(&topic, 0, "u", 10, |n| format!(r#"{{"n":{n}}}"#)).await;
 
     let log = Log::default();
     let stop = Arc::new(tokio::sync::Notify::new());
@@ -100,8 +106,11 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(wait_committed(&topic, &group, 3).await, Some(3));
-    // Several commit intervals later it has not moved past the unit that is not final.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Units 4..=9 are final now. A sentinel on partition 1, published only now, is committed by
+    // a batch made after them, which holds every partition that advanced: once it is committed,
+    // partition 0 has had its chance to move, and has not moved past the unit that is not final.
+    produce_to(&topic, 1, "sentinel", 1, |_| r#"{"n":100}"#.to_owned()).await;
+    assert_eq!(wait_committed_at(&topic, &group, 1, 1).await, Some(1));
     assert_eq!(
         committed_at(&topic, &group, 0).await,
         Some(3),
@@ -124,14 +133,18 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
     }
     stop.notify_one();
     let report = consumer.await.unwrap();
-    assert_eq!(report.acked, 10, "{report:?}");
+    assert_eq!(report.acked, 11, "{report:?}");
     assert_eq!(report.returned, 1, "{report:?}");
     let mut runs = log.runs.lock().unwrap().clone();
     runs.sort();
     let mut expected: Vec<(u32, u32)> = (0..10).map(|n| (n, 1)).collect();
     expected.push((3, 2));
+    expected.push((100, 1));
     expected.sort();
-    assert_eq!(runs, expected, "each unit once, unit 3 twice");
+    assert_eq!(
+        runs, expected,
+        "each unit once, unit 3 twice (and the sentinel once)"
+    );
 }
 
 /// What one consumer of the rebalance test ran: unit ids, each time its handler finished.
@@ -191,7 +204,15 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     let a = Member::holding();
     let stop_a = Arc::new(tokio::sync::Notify::new());
     let consumer_a = run(a.clone(), stop_a.clone());
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while a.seen.lock().unwrap().len() < 20 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A was not handed every unit: {:?}",
+            a.seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(a.ran.lock().unwrap().is_empty());
 
     // B joins: the group takes partitions from A while A's units are in flight.
@@ -220,7 +241,38 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await; // ten commit intervals
+    // A's partition is committed to its end once a commit follows A's last unit. Then a sentinel
+    // published to it now is committed by a batch made after every stale unit A finished: by then
+    // A has had its chance to commit B's partition.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let a_partition = loop {
+        let mut at_end = None;
+        for partition in 0..2 {
+            if committed_at(&topic, &group, partition).await
+                == Some(end_of(&topic, partition).await)
+            {
+                at_end = Some(partition);
+            }
+        }
+        if let Some(partition) = at_end {
+            break partition;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's partition was never committed to its end"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    produce_to(&topic, a_partition, "sentinel", 1, |_| "{}".to_owned()).await;
+    let end = end_of(&topic, a_partition).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while committed_at(&topic, &group, a_partition).await != Some(end) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A's sentinel was never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let offsets = [
         committed_at(&topic, &group, 0).await,
         committed_at(&topic, &group, 1).await,
@@ -242,7 +294,6 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
         assert!(tokio::time::Instant::now() < deadline, "B did not finish");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
     stop_a.notify_one();
     stop_b.notify_one();
     consumer_a.await.unwrap();
@@ -262,8 +313,8 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
         !ran_b.is_empty() && again.len() == ran_b.len(),
         "the new owner received again the units A held across the rebalance"
     );
-    // The group's offsets end past every unit of both partitions.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The group's offsets end past every unit of both partitions (the consumers commit what is
+    // final as they stop).
     for partition in 0..2 {
         assert_eq!(
             committed_at(&topic, &group, partition).await,

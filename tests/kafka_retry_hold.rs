@@ -271,7 +271,16 @@ async fn a_retry_partition_given_back_after_a_pause_is_fetched_again() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Until A holds the limit (its retry partitions paused), with a deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while peak(&topic) < MAX_WAITING as f64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A never held {MAX_WAITING} returned units: peak {}",
+            peak(&topic)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     // B joins, holds its share of the partitions until A has drained what it held and resumed
     // (its units are due after BACKOFF), then leaves.
@@ -337,7 +346,17 @@ async fn a_retry_partition_given_back_after_a_pause_is_fetched_again() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await; // five commit intervals
+    // Until the periodic commit has passed every unit of the topic, with a deadline.
+    let sum = |c: &[Option<i64>]| c.iter().map(|o| o.unwrap_or(0)).sum::<i64>();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while sum(&committed(&topic, &group).await) < UNITS as i64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the topic's offsets were not committed to its end: {:?}",
+            committed(&topic, &group).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     stop.notify_one();
     let report = consumer.await.unwrap();
     let peak = peak(&topic);
@@ -354,7 +373,6 @@ async fn a_retry_partition_given_back_after_a_pause_is_fetched_again() {
         (MAX_WAITING as f64..=(MAX_WAITING + SLACK) as f64).contains(&peak),
         "A held {peak} returned units at most; the limit is {MAX_WAITING} (+{SLACK})"
     );
-    let sum = |c: &[Option<i64>]| c.iter().map(|o| o.unwrap_or(0)).sum::<i64>();
     assert_eq!(sum(&source_committed), UNITS as i64, "{source_committed:?}");
     assert_eq!(
         sum(&retry_committed),

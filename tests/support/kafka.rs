@@ -100,6 +100,26 @@ pub async fn produce(topic: &str, prefix: &str, count: usize, payload: impl Fn(u
     }
 }
 
+/// Like [`produce`], to `partition` of `topic`.
+pub async fn produce_to(
+    topic: &str,
+    partition: i32,
+    prefix: &str,
+    count: usize,
+    payload: impl Fn(usize) -> String,
+) {
+    let producer = producer();
+    for n in 0..count {
+        let id = format!("{prefix}-{n}");
+        let body = payload(n);
+        send(
+            &producer,
+            record(topic, &id, &body, OwnedHeaders::new()).partition(partition),
+        )
+        .await;
+    }
+}
+
 /// The group's committed offset of each of `partitions` of `topic`, in that order, as the broker
 /// has it (`None` where the group has committed none).
 pub async fn committed(

@@ -20,6 +20,11 @@ pub(super) struct Book {
     pub(super) committing: Mutex<()>,
     pub(super) topic: Arc<str>,
     pub(super) retry_topic: Arc<str>,
+    /// The crash-loop count's records, and the producer that writes them.
+    pub(super) attempts: super::attempts::Attempts,
+    pub(super) producer: rdkafka::producer::FutureProducer,
+    /// Woken when a unit handed out alone (`BookState::alone`) is final.
+    pub(super) alone_done: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -29,6 +34,9 @@ pub(super) struct BookState {
     /// assignment (revoked since) finishes nothing: its unit is the new owner's.
     pub(super) generations: HashMap<Partition, u64>,
     pub(super) next_generation: u64,
+    /// The unit handed out alone of each partition read one unit at a time after a crash (see
+    /// the module docs): the next is handed out once it is final.
+    pub(super) alone: HashMap<Partition, u64>,
 }
 
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,6 +116,61 @@ impl Book {
             );
             tracing::error!(?partition, offset, %error, "the watermark refused a finished unit");
         }
+        if state.alone.get(&partition) == Some(&offset) {
+            state.alone.remove(&partition);
+            drop(state);
+            self.alone_done.notify_one();
+        }
+    }
+
+    /// Records that the runs of `partitions` ended cleanly, for those still assigned with every
+    /// unit they tracked final (call after committing).
+    pub(super) fn end_cleanly(&self, partitions: impl IntoIterator<Item = Partition>) {
+        let clean: Vec<Partition> = {
+            let state = lock(&self.state);
+            partitions
+                .into_iter()
+                .filter(|partition| {
+                    state.generations.contains_key(partition)
+                        && state
+                            .watermarks
+                            .get(partition)
+                            .is_none_or(|w| w.pending() == 0 && w.uncommitted().is_none())
+                })
+                .collect()
+        };
+        self.attempts.ended_cleanly(&self.producer, &clean);
+    }
+
+    /// Whether a unit of `partition` is handed out alone and not final yet.
+    pub(super) fn alone_out(&self, partition: Partition) -> bool {
+        lock(&self.state).alone.contains_key(&partition)
+    }
+
+    /// The unit at `offset` of `partition` is handed out alone.
+    pub(super) fn hand_out_alone(&self, partition: Partition, offset: u64) {
+        lock(&self.state).alone.insert(partition, offset);
+    }
+
+    /// Commits, synchronously, `partition`'s watermark if it advanced since its last commit.
+    pub(super) fn commit_owed_of<C: Consumer<Context>>(
+        &self,
+        consumer: &C,
+        partition: Partition,
+    ) -> Result<(), TransportError> {
+        let _one = lock(&self.committing);
+        let owed: Vec<(Partition, u64)> = lock(&self.state)
+            .watermarks
+            .uncommitted()
+            .into_iter()
+            .filter(|(p, _)| *p == partition)
+            .collect();
+        self.commit(consumer, &owed)?;
+        let mut state = lock(&self.state);
+        for (partition, offset) in owed {
+            state.watermarks.committed(&partition, offset);
+        }
+        Ok(())
     }
 
     /// Commits, synchronously, every partition whose watermark advanced since its last commit.
@@ -147,24 +210,34 @@ impl Book {
     /// A rebalance takes `list` away: commit what is final for each partition, then forget it.
     pub(super) fn revoke<C: Consumer<Context>>(&self, consumer: &C, list: &TopicPartitionList) {
         let _one = lock(&self.committing);
+        let mut clean = Vec::new();
         let owed: Vec<(Partition, u64)> = {
             let mut state = lock(&self.state);
             list.elements()
                 .iter()
                 .filter_map(|element| {
                     let partition = (self.log(element.topic())?, element.partition());
-                    state.generations.remove(&partition);
+                    // A revocation is no crash: the run ends cleanly even with units in flight
+                    // (the new owner reads them again), so the new owner reads concurrently.
+                    if state.generations.remove(&partition).is_some() {
+                        clean.push(partition);
+                    }
+                    state.alone.remove(&partition);
                     let offset = state.watermarks.revoke(&partition)?;
                     Some((partition, offset))
                 })
                 .collect()
         };
+        // A revocation is no crash, whether or not its commit went through.
+        self.attempts.ended_cleanly(&self.producer, &clean);
         match self.commit(consumer, &owed) {
-            Ok(()) => tracing::info!(
-                revoked = list.count(),
-                committed = owed.len(),
-                "partitions revoked"
-            ),
+            Ok(()) => {
+                tracing::info!(
+                    revoked = list.count(),
+                    committed = owed.len(),
+                    "partitions revoked"
+                )
+            }
             // The new owner starts from the last commit: units are read again, never skipped.
             Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
         }

@@ -24,7 +24,7 @@ use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 ///
 /// Kafka cannot remove one record from a topic, so the dead letter is the dead-letter topic
 /// **less the records an operator removed**, which this view keeps in the topology's
-/// [removed topic](KafkaTopology::removed_topic_name) (default `<topic>.dlq.removed`, created by
+/// [removed topic](KafkaTopology::removed_topic_name) (default `<topic>.<group>.dlq.removed`, created by
 /// [`KafkaTopology::declare`] with `cleanup.policy=compact`): one small record per removed
 /// dead letter, keyed by its position, holding its unit id and whether it was redriven or
 /// purged. A removal applies to the record at that position only while it holds that unit, so a
@@ -76,7 +76,7 @@ impl KafkaDeadLetters {
         KafkaDeadLetters {
             topic: topology.topic.clone(),
             reader: Reader {
-                brokers: brokers.to_owned(),
+                config: topology.client_config(brokers),
                 dead_letter_topic: topology.dead_letter_topic_name(),
                 removed_topic: topology.removed_topic_name(),
             },
@@ -175,7 +175,7 @@ impl KafkaDeadLetters {
 
     /// A confirmed producer, one record per batch (see `publish.rs`).
     fn producer(&self) -> Result<FutureProducer, TransportError> {
-        super::publish::one_record_per_batch(&self.reader.brokers)
+        super::publish::one_record_per_batch(self.reader.config.clone())
     }
 
     /// Fails unless the removed topic exists: nothing is redriven or purged that cannot be
@@ -470,7 +470,8 @@ struct Removal {
 /// Reads the dead-letter and removed topics, consuming nothing and committing nothing.
 #[derive(Clone, Debug)]
 struct Reader {
-    brokers: String,
+    /// The common client configuration (the topology's client properties).
+    config: rdkafka::ClientConfig,
     dead_letter_topic: String,
     removed_topic: String,
 }
@@ -482,7 +483,8 @@ impl Reader {
     /// A consumer that reports the end of each partition it reads, and starts a partition whose
     /// earlier records are gone at the earliest one left.
     fn consumer(&self) -> Result<BaseConsumer, TransportError> {
-        super::config(&self.brokers)
+        self.config
+            .clone()
             .set("group.id", "delivery-dead-letter-reader")
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")

@@ -29,6 +29,19 @@
 //! - **The bound is the carried count**: [`Source::max_deliveries`](crate::Source::max_deliveries)
 //!   is the topology's [`max_deliveries`](KafkaTopology::max_deliveries), checked by the runtime
 //!   against [`crate::headers::DELIVERY_COUNT`]; the first delivery from the source topic counts 1.
+//! - **A crash is a delivery too** (the crash-loop count, below): a unit whose handling kills its
+//!   consumer is never returned, so its carried count never moves; the group's attempts topic
+//!   counts those deliveries, and past the bound the runtime dead-letters the unit
+//!   ([`ReasonKind::Exhausted`](crate::ReasonKind::Exhausted)) before any handler runs.
+//! - **Per group**: the retry, dead-letter and attempts topics are named after the topic *and the
+//!   group* by default (`<topic>.<group>.retry`, `.dlq`, `.attempts`), so two groups reading one
+//!   topic never handle, count or dead-letter each other's failures.
+//! - **One client configuration**: [`KafkaTopology::client`] holds the librdkafka properties every
+//!   client shares (security, SASL, TLS, timeouts); the consumer, the producer of returns and dead
+//!   letters, the attempts reader, the admin client of [`KafkaTopology::declare`],
+//!   [`KafkaDeadLetters`] and [`KafkaSink::from_topology`] are all built from it, each setting its
+//!   role's own keys over it. Features `kafka-ssl` and `kafka-sasl` (GSSAPI) build librdkafka with
+//!   TLS and SASL.
 //! - **Dead letter**: past the bound, malformed or rejected, the unit is published intact to the
 //!   dead-letter topic with [`crate::headers::DEAD_LETTER_REASON`], [`crate::headers::DEAD_LETTER_DETAIL`], its
 //!   source coordinates ([`crate::headers::DEAD_LETTER_SOURCE_TOPIC`], [`crate::headers::DEAD_LETTER_SOURCE_PARTITION`],
@@ -43,6 +56,41 @@
 //! - **Rebalance**: a revoked partition's watermark is dropped after its final prefix is committed;
 //!   units still in flight for it are never committed by this consumer, and the new owner receives
 //!   them again from the committed offset — the idempotent handler makes that harmless (rule 3).
+//!
+//! # The crash-loop count
+//!
+//! The count must live somewhere the broker keeps *before* the handler runs, or a unit that kills
+//! its consumer every time is read again from the same committed offset with the same count,
+//! forever, and its partition never commits again (rule 2). Kafka's commit metadata would be the
+//! natural place, but tansu 0.6 does not return it from an offset fetch, so the record is a topic
+//! of the group's own, [`KafkaTopology::attempts_topic_name`] (`<topic>.<group>.attempts`, one
+//! partition per partition of the topic and of the retry topic, compacted; only the last record
+//! of a partition is read). A record says "the unit at offset X is being delivered, attempt n",
+//! or, with attempt 0, "the run ended cleanly".
+//!
+//! - **A run** is a partition's units from its assignment to this source until it is revoked or
+//!   the source stops. Its first unit (the committed position) reads the partition's last record
+//!   and, before anything of the partition is handed out, records its own delivery (attempt 1),
+//!   confirmed by the broker. A revocation and a clean stop record a clean end.
+//! - **After a run that died**: if the last record is not a clean end, the earlier run died with
+//!   some unit unfinished — maybe the first, maybe one after it that ran concurrently. The
+//!   partition is then read **one unit at a time** for 100 units: before each is handed out, the
+//!   offset is committed up to it (everything before it is final) and its delivery recorded,
+//!   attempt n + 1 if the last record names the same offset, else 1. A unit that kills the
+//!   consumer now is the committed position, named by the last record: the next run counts it
+//!   once more, and once the count (carried count + attempts − 1) passes the bound the runtime
+//!   dead-letters it intact, as exhausted, without running a handler; the partition moves on.
+//! - **How many runs**: the first run, concurrent, may die on a unit that was not its first, and
+//!   that delivery is not counted; every later one is. So a unit that kills every consumer
+//!   reaches the dead letter within `max_deliveries + 1` crashes (`+ 2` runs). A unit handed out
+//!   alone is counted once per run that died while it was out, even if another unit killed the
+//!   process: as a quorum queue counts every unacknowledged message of a crashed consumer. Since
+//!   units are handed out alone after a crash, an innocent unit gains at most one such count.
+//! - **Cost**: on the hot path, nothing per unit: one read and one confirmed write per partition
+//!   per assignment (at its first unit), and a few records at revocation and shutdown. Only after
+//!   a run that died is the partition read alone, one commit and one confirmed write per unit,
+//!   for 100 units, then concurrently again. While read alone, a partition whose units arrive
+//!   faster is paused, so the rest wait in the broker.
 //!
 //! # The unit id
 //!
@@ -73,6 +121,7 @@
 //! # Ok(()) }
 //! ```
 
+mod attempts;
 mod book;
 mod codec;
 mod dead_letter;
@@ -94,9 +143,47 @@ pub use ::rdkafka as client;
 
 use rdkafka::ClientConfig;
 
-/// A client configuration for `brokers` with what every client of this module shares.
-fn config(brokers: &str) -> ClientConfig {
+/// A client configuration for `brokers` with what every client of this module shares: the
+/// user's common properties ([`KafkaTopology::client`]), then `bootstrap.servers`. The one place
+/// a client's configuration starts; each role sets its own keys over it.
+fn config(brokers: &str, common: &std::collections::BTreeMap<String, String>) -> ClientConfig {
     let mut config = ClientConfig::new();
+    for (key, value) in common {
+        config.set(key, value);
+    }
     config.set("bootstrap.servers", brokers);
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KafkaTopology;
+
+    /// Every client the transport builds starts from the topology's common properties: a setting
+    /// given once reaches the source's producer (returns, dead letters, redrives) and the
+    /// attempts reader too, which the public API cannot reach on their own.
+    #[test]
+    fn the_common_properties_reach_every_client() {
+        let topology = KafkaTopology::new("orders", "billing")
+            .client_property("client.id", "acme")
+            .client_property("socket.timeout.ms", "1234");
+        let config = topology.client_config("127.0.0.1:9092");
+        assert_eq!(config.get("client.id"), Some("acme"));
+        assert_eq!(config.get("socket.timeout.ms"), Some("1234"));
+        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
+
+        let bad = topology.client_property("security.protocol", "carrier-pigeon");
+        let config = bad.client_config("127.0.0.1:9092");
+        let producer = super::publish::one_record_per_batch(config.clone())
+            .err()
+            .expect("the producer refuses the setting");
+        assert!(
+            producer.to_string().contains("security.protocol"),
+            "{producer}"
+        );
+        let reader = super::attempts::Attempts::new(bad.attempts_topic_name(), config)
+            .err()
+            .expect("the attempts reader refuses the setting");
+        assert!(reader.to_string().contains("security.protocol"), "{reader}");
+    }
 }

@@ -18,15 +18,17 @@ pub(super) fn confirmed(config: &mut ClientConfig) -> Result<FutureProducer, Tra
         .map_err(|e| TransportError::new("creating the Kafka producer", e))
 }
 
-/// A confirmed producer to `brokers` for the retry, dead-letter and source topics: one record per
+/// A confirmed producer from `config` (the common client configuration, see
+/// [`KafkaTopology::client`](super::KafkaTopology::client)) for the retry, dead-letter and source topics: one record per
 /// batch (those topics carry few records, and a consumer restarted from an offset inside a batch
 /// is then served by every broker: tansu 0.6 returns nothing for a fetch that starts inside a
 /// batch), giving up on a send after 30 s.
-pub(super) fn one_record_per_batch(brokers: &str) -> Result<FutureProducer, TransportError> {
-    let mut config = super::config(brokers);
-    config
-        .set("linger.ms", "1")
-        .set("batch.num.messages", "1")
-        .set("message.timeout.ms", "30000");
+pub(super) fn one_record_per_batch(
+    mut config: ClientConfig,
+) -> Result<FutureProducer, TransportError> {
+    config.set("linger.ms", "1").set("batch.num.messages", "1");
+    if config.get("message.timeout.ms").is_none() && config.get("delivery.timeout.ms").is_none() {
+        config.set("message.timeout.ms", "30000");
+    }
     confirmed(&mut config)
 }

@@ -165,6 +165,17 @@ impl KafkaSink {
         KafkaSink::with_config(config)
     }
 
+    /// A sink producing to `bootstrap_servers` with the common client properties of `topology`
+    /// ([`KafkaTopology::client`](super::KafkaTopology::client): security, SASL, TLS, timeouts),
+    /// the same every client of the consumer's side is built with; otherwise as
+    /// [`with_config`](Self::with_config).
+    pub fn from_topology(
+        bootstrap_servers: &str,
+        topology: &super::KafkaTopology,
+    ) -> Result<Self, TransportError> {
+        KafkaSink::with_config(topology.client_config(bootstrap_servers))
+    }
+
     /// A sink with librdkafka's properties `config` (`bootstrap.servers` at least). The sink sets
     /// `enable.idempotence=true` and `acks=all` over whatever `config` says, and
     /// `message.timeout.ms` = [`DEFAULT_DELIVERY_TIMEOUT`] when `config` sets none; a

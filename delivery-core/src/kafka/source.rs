@@ -2,7 +2,7 @@
 //! each unit, and the commit book: the watermarks, and the one place offsets are committed.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -15,10 +15,12 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::{ClientContext, Message};
 use tokio::time::Instant;
 
+use super::attempts::{Attempt, Attempts};
 use super::book::{Book, BookState};
 use super::codec::{Origin, Read};
 use super::settle::KafkaHandle;
 use super::topology::KafkaTopology;
+use crate::pace::Retry;
 use crate::transport::{Source, TransportError};
 use crate::unit::{DeliveryCount, Stamp, Unit, UnitId};
 
@@ -50,6 +52,45 @@ pub struct KafkaSource {
     max_waiting: usize,
     /// `delivery_retry_waiting{source}`: how many units are waiting.
     waiting_gauge: metrics::Gauge,
+    /// Each partition's run since it was assigned: whether it is read one unit at a time.
+    runs: HashMap<Partition, Run>,
+    /// A unit received whose placing (the broker calls of the crash-loop count) a cancelled
+    /// `receive` left unfinished: the next call finishes it first.
+    placing: Option<Placing>,
+}
+
+/// A unit received and not placed yet (see [`KafkaSource::place`]).
+struct Placing {
+    unit: Unit,
+    handle: KafkaHandle,
+    due: Option<Instant>,
+    /// The partition's last recorded delivery, once read: a call resumed after a cancellation
+    /// does not read it again (it may be the record the cancelled call wrote).
+    last: Option<Option<Attempt>>,
+}
+
+/// After a run that did not finish its partition's first unit (it crashed, or lost the partition
+/// while handling it), this many units of the partition are handed out one at a time.
+const ALONE_AFTER_A_CRASH: usize = 100;
+
+/// A partition's units since it was assigned to this source (one generation of the book).
+struct Run {
+    generation: u64,
+    /// `Some` while the partition is read one unit at a time.
+    alone: Option<Alone>,
+}
+
+/// A partition read one unit at a time: each is handed out once the one before it is final, its
+/// partition's offset committed up to it and its delivery recorded in the attempts topic.
+struct Alone {
+    /// Units still to hand out alone before the partition's units run concurrently again.
+    left: usize,
+    /// Units received and not handed out yet, by offset.
+    queue: BTreeMap<u64, Waiting>,
+    /// The last delivery recorded for the partition.
+    last: Option<Attempt>,
+    /// The partition is paused: the queue holds more than the units left to hand out alone.
+    paused: bool,
 }
 
 struct Waiting {
@@ -148,7 +189,10 @@ impl KafkaSource {
     }
 
     /// Like [`connect`](Self::connect), with `configure` given the consumer's configuration to
-    /// add or change properties (security, timeouts). The properties this transport relies on —
+    /// add or change properties of the consumer alone. Properties every client needs (security,
+    /// SASL, TLS, timeouts) belong in the topology's [`client`](KafkaTopology::client), which the
+    /// consumer, the producer of returns and dead letters and the attempts reader are all built
+    /// from; `configure` runs after it. The properties this transport relies on —
     /// `group.id`, `enable.auto.commit=false`, `enable.auto.offset.store=false` — are set after
     /// it and cannot be changed.
     pub fn connect_with(
@@ -158,13 +202,18 @@ impl KafkaSource {
     ) -> Result<Self, TransportError> {
         let topic: Arc<str> = topology.topic.as_str().into();
         let retry_topic: Arc<str> = topology.retry_topic_name().into();
+        let common = topology.client_config(brokers);
+        let producer = super::publish::one_record_per_batch(common.clone())?;
         let book = Arc::new(Book {
             state: Mutex::new(BookState::default()),
             committing: Mutex::new(()),
             topic: topic.clone(),
             retry_topic: retry_topic.clone(),
+            attempts: Attempts::new(topology.attempts_topic_name(), common.clone())?,
+            producer: producer.clone(),
+            alone_done: tokio::sync::Notify::new(),
         });
-        let mut config = super::config(brokers);
+        let mut config = common;
         config
             .set("auto.offset.reset", "earliest")
             .set(
@@ -187,7 +236,6 @@ impl KafkaSource {
         consumer
             .subscribe(&[&topic, &retry_topic])
             .map_err(|e| TransportError::new("subscribing to the Kafka topics", e))?;
-        let producer = super::publish::one_record_per_batch(brokers)?;
         let shared = Arc::new(Shared {
             consumer,
             producer,
@@ -214,6 +262,8 @@ impl KafkaSource {
             waiting: BinaryHeap::new(),
             arrivals: 0,
             max_waiting: topology.waiting_limit(),
+            runs: HashMap::new(),
+            placing: None,
         })
     }
 
@@ -340,6 +390,313 @@ impl KafkaSource {
     }
 }
 
+/// The crash-loop count (see the [module docs](super)): each partition's run starts by recording
+/// its first unit's delivery, and after a run that did not finish that unit its partition is read
+/// one unit at a time for a while.
+impl KafkaSource {
+    /// A unit not yet due is held until it is (`None`); any other is handed out.
+    fn hold_or_hand_out(
+        &mut self,
+        unit: Unit,
+        handle: KafkaHandle,
+        due: Option<Instant>,
+    ) -> Option<(Unit, KafkaHandle)> {
+        match due {
+            Some(due) if due > Instant::now() => {
+                self.arrivals += 1;
+                let arrival = self.arrivals;
+                self.waiting.push(Reverse(Waiting {
+                    due,
+                    arrival,
+                    unit,
+                    handle,
+                }));
+                self.waiting_changed(true);
+                None
+            }
+            _ => Some((unit, handle)),
+        }
+    }
+
+    /// The earliest time a held unit is due: the waiting returns', and the first unit queued of
+    /// each partition read alone with nothing of it handed out.
+    fn next_due(&self) -> Option<Instant> {
+        let waiting = self.waiting.peek().map(|Reverse(first)| first.due);
+        let alone = self
+            .runs
+            .iter()
+            .filter_map(|(partition, run)| {
+                let (_, first) = run.alone.as_ref()?.queue.first_key_value()?;
+                (!self.shared.book.alone_out(*partition)).then_some(first.due)
+            })
+            .min();
+        waiting.into_iter().chain(alone).min()
+    }
+
+    /// Runs `step` (a broker call the crash-loop count needs before a unit is handed out) until it
+    /// succeeds, pausing longer each time; `None` once the unit at `at` is no longer current (its
+    /// partition revoked meanwhile).
+    async fn until_done<T, F: Future<Output = Result<T, TransportError>>>(
+        book: &Book,
+        at: Tracked,
+        what: &'static str,
+        mut step: impl FnMut() -> F,
+    ) -> Option<T> {
+        let mut retry = Retry::reconnect();
+        loop {
+            match step().await {
+                Ok(done) => return Some(done),
+                Err(error) => {
+                    if !book.is_current(at.partition, at.generation) {
+                        return None;
+                    }
+                    let pause = retry.failed();
+                    tracing::warn!(%error, what, retry_in_ms = pause.as_millis() as u64,
+                        "recording a delivery failed; the partition waits until it succeeds");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    }
+
+    /// Where the unit just admitted (`self.placing`) goes: `Some` to hand out (or hold until due)
+    /// as usual, `None` when it was queued to be handed out alone, or its partition was revoked
+    /// meanwhile. Cancel safe: the unit stays in `self.placing` until its broker calls are done,
+    /// and a cancelled call is done again by the next.
+    ///
+    /// The first unit of a partition's run reads the partition's last recorded delivery. If it is
+    /// not a clean end, an earlier run died (or lost the partition) with a unit unfinished —
+    /// maybe this one, maybe one after it: the partition is read alone from here. Otherwise this
+    /// delivery is recorded as the first, confirmed, before anything of the partition is handed
+    /// out.
+    async fn place(&mut self) -> Option<(Unit, KafkaHandle, Option<Instant>)> {
+        let at = self.placing.as_ref()?.handle.at;
+        let Some(at) = at else {
+            return self
+                .placing
+                .take()
+                .map(|placing| (placing.unit, placing.handle, placing.due));
+        };
+        let partition = at.partition;
+        let known = self
+            .runs
+            .get(&partition)
+            .is_some_and(|run| run.generation == at.generation);
+        if !known {
+            let shared = self.shared.clone();
+            let book = &shared.book;
+            let read = self.placing.as_ref()?.last;
+            let last = match read {
+                Some(last) => last,
+                None => {
+                    let read =
+                        Self::until_done(book, at, "reading the last delivery recorded", || {
+                            let shared = shared.clone();
+                            async move {
+                                tokio::task::spawn_blocking(move || {
+                                    shared.book.attempts.last(partition)
+                                })
+                                .await
+                                .map_err(|e| TransportError::new("reading the attempts topic", e))?
+                            }
+                        })
+                        .await;
+                    let Some(last) = read else {
+                        self.placing = None;
+                        return None;
+                    };
+                    self.placing.as_mut()?.last = Some(last);
+                    last
+                }
+            };
+            // A run that ended cleanly records so (attempts 0); any other record is a run that
+            // died with a unit unfinished: maybe this one, maybe one after it.
+            let unfinished = last.filter(|last| last.attempts > 0);
+            let alone = match unfinished {
+                Some(last) => {
+                    tracing::warn!(
+                        ?partition,
+                        offset = at.offset,
+                        attempts = last.attempts,
+                        "an earlier consumer of this partition died with a unit unfinished: the partition is read one unit at a time for a while"
+                    );
+                    Some(Alone {
+                        left: ALONE_AFTER_A_CRASH,
+                        queue: BTreeMap::new(),
+                        last: Some(last),
+                        paused: false,
+                    })
+                }
+                None => {
+                    let first = Attempt {
+                        offset: at.offset,
+                        attempts: 1,
+                    };
+                    let recorded = Self::until_done(book, at, "recording a delivery", || {
+                        book.attempts.record(&shared.producer, partition, first)
+                    })
+                    .await;
+                    if recorded.is_none() {
+                        self.placing = None;
+                        return None;
+                    }
+                    None
+                }
+            };
+            self.runs.insert(
+                partition,
+                Run {
+                    generation: at.generation,
+                    alone,
+                },
+            );
+        }
+        let Placing {
+            unit, handle, due, ..
+        } = self.placing.take()?;
+        let Some(alone) = self
+            .runs
+            .get_mut(&partition)
+            .and_then(|run| run.alone.as_mut())
+        else {
+            return Some((unit, handle, due));
+        };
+        self.arrivals += 1;
+        let over = alone.queue.len() > alone.left;
+        alone.queue.insert(
+            at.offset,
+            Waiting {
+                due: due.unwrap_or_else(Instant::now),
+                arrival: self.arrivals,
+                unit,
+                handle,
+            },
+        );
+        if over {
+            // More than the units left to hand out alone: the rest wait in the broker.
+            alone.paused = true;
+            self.pause_partition(partition, true);
+        }
+        None
+    }
+
+    /// Pauses (or resumes) one partition of the consumer's assignment.
+    fn pause_partition(&self, (log, partition): Partition, pause: bool) {
+        let mut list = rdkafka::TopicPartitionList::new();
+        list.add_partition(self.shared.book.topic(log), partition);
+        let consumer = &self.shared.consumer;
+        let done = if pause {
+            consumer.pause(&list)
+        } else {
+            consumer.resume(&list)
+        };
+        if let Err(error) = done {
+            tracing::warn!(%error, pause, ?log, partition, "pausing or resuming a partition read alone failed");
+        }
+    }
+
+    /// The next unit to hand out alone, if one is due and nothing else of its partition is out:
+    /// its partition's offset is committed up to it, and its delivery recorded, first. A
+    /// partition done being read alone hands its queue to the usual path.
+    async fn next_alone(&mut self) -> Option<(Unit, KafkaHandle)> {
+        if self.runs.values().all(|run| run.alone.is_none()) {
+            return None;
+        }
+        let shared = self.shared.clone();
+        let book = &shared.book;
+        let done: Vec<Partition> = self
+            .runs
+            .iter()
+            .filter(|(partition, run)| {
+                run.alone.as_ref().is_some_and(|alone| alone.left == 0)
+                    && !book.alone_out(**partition)
+            })
+            .map(|(partition, _)| *partition)
+            .collect();
+        for partition in done {
+            let Some(alone) = self
+                .runs
+                .get_mut(&partition)
+                .and_then(|run| run.alone.take())
+            else {
+                continue;
+            };
+            tracing::info!(?partition, "partition read concurrently again");
+            for (_, waiting) in alone.queue {
+                self.waiting.push(Reverse(waiting));
+            }
+            self.waiting_changed(false);
+            if alone.paused {
+                self.pause_partition(partition, false);
+            }
+        }
+        let now = Instant::now();
+        let ready = self.runs.iter().find_map(|(partition, run)| {
+            let (_, first) = run.alone.as_ref()?.queue.first_key_value()?;
+            (first.due <= now && !book.alone_out(*partition)).then_some(*partition)
+        })?;
+        // Cancel safe: the unit stays queued until its broker calls are done; a cancelled call
+        // does them again (the same commit, the same record).
+        let alone = self.runs.get(&ready)?.alone.as_ref()?;
+        let (&offset, first) = alone.queue.first_key_value()?;
+        let at = first.handle.at?;
+        let attempt = Attempt {
+            offset,
+            attempts: match alone.last {
+                Some(last) if last.offset == offset => last.attempts.saturating_add(1),
+                _ => 1,
+            },
+        };
+        let book = &shared.book;
+        // Everything before it is final: commit up to it, so the record names the committed
+        // position, where the next run starts if this one dies.
+        let committed = Self::until_done(
+            book,
+            at,
+            "committing before a unit handed out alone",
+            || {
+                let shared = shared.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        shared.book.commit_owed_of(&shared.consumer, ready)
+                    })
+                    .await
+                    .map_err(|e| TransportError::new("committing offsets", e))?
+                }
+            },
+        )
+        .await;
+        let recorded = match committed {
+            Some(()) => {
+                Self::until_done(book, at, "recording a delivery", || {
+                    book.attempts.record(&shared.producer, ready, attempt)
+                })
+                .await
+            }
+            None => None,
+        };
+        let alone = self.runs.get_mut(&ready)?.alone.as_mut()?;
+        let (_, Waiting { unit, handle, .. }) = alone.queue.pop_first()?;
+        // Revoked meanwhile: the new owner reads it again.
+        if recorded.is_none() || !handle.is_current() {
+            return None;
+        }
+        book.hand_out_alone(ready, offset);
+        alone.last = Some(attempt);
+        alone.left = alone.left.saturating_sub(1);
+        if alone.paused && alone.queue.len() <= alone.left {
+            alone.paused = false;
+            self.pause_partition(ready, false);
+        }
+        // Each run that handed it out and never finished it was a delivery.
+        let count = unit
+            .delivery_count()
+            .get()
+            .saturating_add(attempt.attempts - 1);
+        Some((unit.with_delivery_count(DeliveryCount::new(count)), handle))
+    }
+}
+
 /// Commits the watermarks' advance every `interval` until the source is gone.
 async fn commit_periodically(shared: Weak<Shared>, interval: Duration) {
     let mut ticks = tokio::time::interval(interval);
@@ -372,6 +729,22 @@ impl Source for KafkaSource {
                 // Units of revoked partitions are the new owner's: they hold no place in the limit.
                 self.waiting.retain(|Reverse(w)| w.handle.is_current());
                 self.waiting_changed(false);
+                let book = &self.shared.book;
+                self.runs
+                    .retain(|partition, run| book.is_current(*partition, run.generation));
+            }
+            // A unit whose placing a cancelled call left unfinished comes first.
+            if self.placing.is_some() {
+                match self.place().await {
+                    Some((unit, handle, due)) => match self.hold_or_hand_out(unit, handle, due) {
+                        Some(out) => return Ok(Some(out)),
+                        None => continue,
+                    },
+                    None => continue,
+                }
+            }
+            if let Some(alone) = self.next_alone().await {
+                return Ok(Some(alone));
             }
             if let Some(Reverse(first)) = self.waiting.peek()
                 && first.due <= Instant::now()
@@ -386,33 +759,34 @@ impl Source for KafkaSource {
                 continue; // revoked while it waited: the new owner reads it again
             }
             // While the retry topic is paused, units of the source topic still arrive here, and
-            // the earliest due time still wakes the source.
-            let message = match self.waiting.peek() {
-                Some(Reverse(first)) => {
-                    let due = first.due;
-                    tokio::select! {
-                        message = self.shared.consumer.recv() => message,
-                        () = tokio::time::sleep_until(due) => continue,
-                    }
+            // the earliest due time still wakes the source, as does a unit handed out alone
+            // becoming final.
+            let due = self.next_due();
+            let alone = self.runs.values().any(|run| run.alone.is_some());
+            let message = if due.is_none() && !alone {
+                self.shared.consumer.recv().await
+            } else {
+                let far = Instant::now() + Duration::from_secs(3600);
+                tokio::select! {
+                    message = self.shared.consumer.recv() => message,
+                    () = tokio::time::sleep_until(due.unwrap_or(far)), if due.is_some() => continue,
+                    () = self.shared.book.alone_done.notified(), if alone => continue,
                 }
-                None => self.shared.consumer.recv().await,
             };
             let message = message.map_err(|e| TransportError::new("receiving from Kafka", e))?;
             let (unit, handle, due) = self.admit(&message);
             drop(message);
-            match due {
-                Some(due) if due > Instant::now() => {
-                    self.arrivals += 1;
-                    let arrival = self.arrivals;
-                    self.waiting.push(Reverse(Waiting {
-                        due,
-                        arrival,
-                        unit,
-                        handle,
-                    }));
-                    self.waiting_changed(true);
-                }
-                _ => return Ok(Some((unit, handle))),
+            self.placing = Some(Placing {
+                unit,
+                handle,
+                due,
+                last: None,
+            });
+            let Some((unit, handle, due)) = self.place().await else {
+                continue;
+            };
+            if let Some(out) = self.hold_or_hand_out(unit, handle, due) {
+                return Ok(Some(out));
             }
         }
     }
@@ -431,8 +805,11 @@ impl Drop for KafkaSource {
         // The runtime drops the source once its handlers are settled: commit what they finished.
         // Units still waiting are not final; they are read again from the committed offset.
         self.waiting_gauge.set(0.0);
-        if let Err(error) = self.shared.book.commit_owed(&self.shared.consumer) {
-            tracing::warn!(%error, "committing offsets at shutdown failed; those units are read again");
+        match self.shared.book.commit_owed(&self.shared.consumer) {
+            Ok(()) => self.shared.book.end_cleanly(self.runs.keys().copied()),
+            Err(error) => {
+                tracing::warn!(%error, "committing offsets at shutdown failed; those units are read again")
+            }
         }
     }
 }

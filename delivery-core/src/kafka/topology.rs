@@ -2,6 +2,7 @@
 //! topic — and its group, declared with the deployment from a settings struct that can live in the
 //! application's configuration.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -18,7 +19,18 @@ use crate::transport::TransportError;
 ///
 /// Kafka keeps no delivery count, so the count travels with the unit (rule 2): a failed unit is
 /// republished to the retry topic with its count incremented, and the bound is checked against
-/// that count.
+/// that count. A delivery that never settles (its consumer crashed) is counted in the group's
+/// attempts topic ([`attempts_topic_name`](Self::attempts_topic_name), see the
+/// [module docs](super)).
+///
+/// The retry, dead-letter and attempts topics are the group's own by default (their names hold
+/// the group), so two groups reading one topic never handle each other's failures.
+///
+/// [`client`](Self::client) holds the librdkafka properties every client of this transport
+/// shares — security, SASL, TLS, timeouts: the consumer, the producer of returns and dead letters,
+/// the admin client of [`declare`](Self::declare), [`KafkaDeadLetters`](super::KafkaDeadLetters),
+/// and a [`KafkaSink`](super::KafkaSink) made with
+/// [`from_topology`](super::KafkaSink::from_topology).
 ///
 /// ```
 /// use delivery_core::kafka::KafkaTopology;
@@ -26,9 +38,10 @@ use crate::transport::TransportError;
 /// let topology: KafkaTopology = serde_json::from_str(
 ///     r#"{"topic": "orders", "group": "billing", "max_deliveries": 4}"#,
 /// ).unwrap();
-/// assert_eq!(topology.retry_topic_name(), "orders.retry");
-/// assert_eq!(topology.dead_letter_topic_name(), "orders.dlq");
-/// assert_eq!(topology.removed_topic_name(), "orders.dlq.removed");
+/// assert_eq!(topology.retry_topic_name(), "orders.billing.retry");
+/// assert_eq!(topology.dead_letter_topic_name(), "orders.billing.dlq");
+/// assert_eq!(topology.removed_topic_name(), "orders.billing.dlq.removed");
+/// assert_eq!(topology.attempts_topic_name(), "orders.billing.attempts");
 /// assert_eq!(topology.delivery_bound().get(), 4);
 /// assert_eq!(topology.partitions, 3);
 /// ```
@@ -40,10 +53,11 @@ pub struct KafkaTopology {
     pub topic: String,
     /// The consumer group reading it (and its retry topic).
     pub group: String,
-    /// The retry topic: failed units wait out their backoff there. Default `<topic>.retry`.
+    /// The retry topic: failed units wait out their backoff there. Default
+    /// `<topic>.<group>.retry`.
     #[serde(default)]
     pub retry_topic: Option<String>,
-    /// The dead-letter topic. Default `<topic>.dlq`.
+    /// The dead-letter topic. Default `<topic>.<group>.dlq`.
     #[serde(default)]
     pub dead_letter_topic: Option<String>,
     /// Where the operator's view records the dead letters it removed (redriven or purged), since
@@ -51,6 +65,15 @@ pub struct KafkaTopology {
     /// ([`KafkaDeadLetters`](super::KafkaDeadLetters)). Default `<dead-letter topic>.removed`.
     #[serde(default)]
     pub removed_topic: Option<String>,
+    /// Where the group records, before a handler runs, which delivery of the first unit not final
+    /// of each partition is running (the crash-loop count, see the [module docs](super)). Default
+    /// `<topic>.<group>.attempts`, with twice [`partitions`](Self::partitions) partitions.
+    #[serde(default)]
+    pub attempts_topic: Option<String>,
+    /// librdkafka properties every client of this transport is built with (security, SASL, TLS,
+    /// timeouts): see [`client_property`](Self::client_property). Default none.
+    #[serde(default)]
+    pub client: BTreeMap<String, String>,
     /// Partitions of each topic [`declare`](Self::declare) creates. Default 3.
     #[serde(default = "default_partitions")]
     pub partitions: i32,
@@ -107,8 +130,8 @@ fn default_max_waiting() -> usize {
 }
 
 impl KafkaTopology {
-    /// The topology of `topic` read by `group`, with the defaults: retry topic `<topic>.retry`,
-    /// dead letter `<topic>.dlq`, 3 partitions, 1 replica, 5 deliveries, a session timeout of 10 s, a
+    /// The topology of `topic` read by `group`, with the defaults: retry topic
+    /// `<topic>.<group>.retry`, dead letter `<topic>.<group>.dlq`, 3 partitions, 1 replica, 5 deliveries, a session timeout of 10 s, a
     /// commit every 500 ms, at most 10 000 returned units held.
     pub fn new(topic: impl Into<String>, group: impl Into<String>) -> Self {
         KafkaTopology {
@@ -117,6 +140,8 @@ impl KafkaTopology {
             retry_topic: None,
             dead_letter_topic: None,
             removed_topic: None,
+            attempts_topic: None,
+            client: BTreeMap::new(),
             partitions: default_partitions(),
             replication: default_replication(),
             max_deliveries: default_max_deliveries(),
@@ -142,6 +167,29 @@ impl KafkaTopology {
     pub fn removed_topic(mut self, name: impl Into<String>) -> Self {
         self.removed_topic = Some(name.into());
         self
+    }
+
+    /// Sets the name of the topic that records the deliveries running (the crash-loop count).
+    pub fn attempts_topic(mut self, name: impl Into<String>) -> Self {
+        self.attempts_topic = Some(name.into());
+        self
+    }
+
+    /// Sets a librdkafka property that every client of this transport is built with — the
+    /// consumer, the producer of returns and dead letters, the admin client, the dead letter's
+    /// reader and a sink made [`from_topology`](super::KafkaSink::from_topology): security
+    /// (`security.protocol`, `sasl.*`, `ssl.*`), timeouts, `client.id`. The properties a client's
+    /// role needs (`group.id`, `enable.auto.commit`, `acks`, `enable.idempotence`, ...) are set
+    /// after these and win.
+    pub fn client_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.client.insert(key.into(), value.into());
+        self
+    }
+
+    /// A librdkafka configuration for `brokers` with the [`client`](Self::client) properties:
+    /// what every client of this transport starts from.
+    pub fn client_config(&self, brokers: &str) -> rdkafka::ClientConfig {
+        super::config(brokers, &self.client)
     }
 
     /// Sets the partitions of the topics [`declare`](Self::declare) creates (at least 1).
@@ -182,14 +230,14 @@ impl KafkaTopology {
     pub fn retry_topic_name(&self) -> String {
         self.retry_topic
             .clone()
-            .unwrap_or_else(|| format!("{}.retry", self.topic))
+            .unwrap_or_else(|| format!("{}.{}.retry", self.topic, self.group))
     }
 
     /// The dead-letter topic's name.
     pub fn dead_letter_topic_name(&self) -> String {
         self.dead_letter_topic
             .clone()
-            .unwrap_or_else(|| format!("{}.dlq", self.topic))
+            .unwrap_or_else(|| format!("{}.{}.dlq", self.topic, self.group))
     }
 
     /// The name of the topic that records the dead letters removed.
@@ -197,6 +245,13 @@ impl KafkaTopology {
         self.removed_topic
             .clone()
             .unwrap_or_else(|| format!("{}.removed", self.dead_letter_topic_name()))
+    }
+
+    /// The name of the topic that records the deliveries running (the crash-loop count).
+    pub fn attempts_topic_name(&self) -> String {
+        self.attempts_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.{}.attempts", self.topic, self.group))
     }
 
     /// The declared bound.
@@ -216,7 +271,9 @@ impl KafkaTopology {
 
     /// Creates the source, retry and dead-letter topics at `brokers` (a bootstrap list such as
     /// `127.0.0.1:9092`), each with [`partitions`](Self::partitions) partitions, and the
-    /// [removed topic](Self::removed_topic_name) with one partition, compacted. Topics that
+    /// [removed topic](Self::removed_topic_name) with one partition, compacted, and the
+    /// [attempts topic](Self::attempts_topic_name) with twice as many partitions (one for each
+    /// partition of the topic and of the retry topic), compacted. Topics that
     /// already exist are left as they are. Brokers that do not create topics on first use (tansu,
     /// most managed Kafka) need this before anything is published.
     ///
@@ -228,7 +285,8 @@ impl KafkaTopology {
     /// # Ok(()) }
     /// ```
     pub async fn declare(&self, brokers: &str) -> Result<(), TransportError> {
-        let admin: AdminClient<DefaultClientContext> = super::config(brokers)
+        let admin: AdminClient<DefaultClientContext> = self
+            .client_config(brokers)
             .create()
             .map_err(|e| TransportError::new("connecting the Kafka admin client", e))?;
         let names = [
@@ -238,12 +296,17 @@ impl KafkaTopology {
         ];
         let replication = || TopicReplication::Fixed(self.replication.max(1));
         let removed = self.removed_topic_name();
+        let attempts = self.attempts_topic_name();
         let topics: Vec<NewTopic<'_>> = names
             .iter()
             .map(|name| NewTopic::new(name, self.partitions.max(1), replication()))
             .chain([
                 // One small record per removal, keyed by position: compacted, never trimmed.
                 NewTopic::new(&removed, 1, replication()).set("cleanup.policy", "compact"),
+                // One record per delivery that starts a partition's run or runs alone: only the
+                // last of each partition is read.
+                NewTopic::new(&attempts, 2 * self.partitions.max(1), replication())
+                    .set("cleanup.policy", "compact"),
             ])
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
