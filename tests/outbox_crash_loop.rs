@@ -13,10 +13,10 @@ use std::future::Future;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use delivery::outbox::sink::MemorySink;
 use delivery::outbox::{
     Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status,
 };
+use delivery::testing::MemorySink;
 use process::database_url;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPoolOptions;
