@@ -59,6 +59,10 @@ impl Fixture for Kafka {
     type Source = KafkaSource;
     type DeadLetters = KafkaDeadLetters;
 
+    fn counts_released_deliveries(&self) -> bool {
+        false
+    }
+
     async fn declare(&self, name: &str, max_deliveries: u32) {
         declare(&self.topology(name).max_deliveries(max_deliveries)).await;
     }

@@ -10,6 +10,10 @@ impl Fixture for Memory {
     type Source = MemorySource;
     type DeadLetters = MemoryDeadLetters;
 
+    fn counts_released_deliveries(&self) -> bool {
+        false
+    }
+
     async fn declare(&self, name: &str, max_deliveries: u32) {
         self.0
             .declare(name, QueueConfig::default().max_deliveries(max_deliveries))

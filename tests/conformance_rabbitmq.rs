@@ -99,6 +99,11 @@ impl Fixture for Rabbit {
     type Source = RabbitSource;
     type DeadLetters = RabbitDeadLetters;
 
+    /// A classic queue's count travels with the unit: a release carries it unchanged.
+    fn counts_released_deliveries(&self) -> bool {
+        !self.classic
+    }
+
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries_of(max_deliveries);
         self.delete(&topology).await;

@@ -104,6 +104,17 @@ pub trait Settle: Sized + Send + 'static {
         after: Duration,
     ) -> impl Future<Output = Result<(), TransportError>> + Send;
 
+    /// Hands back a unit whose run was cut short at shutdown — it did not fail — so that the
+    /// mechanism delivers it again, without counting this delivery where the mechanism allows
+    /// (the in-memory queue; a RabbitMQ classic queue and Kafka, where the count travels with the
+    /// unit). Where it does not (a quorum queue, a stream's pending entry, a JetStream consumer),
+    /// this delivery counts like any other: a unit cut short on its last allowed delivery arrives
+    /// past the bound and is dead-lettered as exhausted. By default, [`give_back`](Settle::give_back)
+    /// with no wait.
+    fn release(self, unit: &Unit) -> impl Future<Output = Result<(), TransportError>> + Send {
+        self.give_back(unit, Duration::ZERO)
+    }
+
     /// Puts an intact copy of the unit — payload, id and headers — in the dead letter, recording
     /// `reason`, the source and the delivery count (the names in [`crate::headers`]), and
     /// returns once the mechanism confirmed it holds the copy. The original stays unsettled: the

@@ -438,14 +438,14 @@ fn count(report: &mut Report, settled: Settled) {
     }
 }
 
-/// A unit whose handler was still running at the drain deadline: returned at once, never
-/// acknowledged.
+/// A unit whose handler was still running at the drain deadline: released at once (without
+/// counting the delivery where the mechanism allows: it did not fail), never acknowledged.
 async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Settled {
     let outcome = Outcome::Failed("unfinished at shutdown".into());
     let returned = Disposition::Return {
         after: Duration::ZERO,
     };
-    let result = settle::carry_out(handle, unit, &returned).await;
+    let result = handle.release(unit).await;
     settle::record(result, unit, &outcome, &returned, counters)
 }
 

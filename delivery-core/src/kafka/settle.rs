@@ -154,6 +154,15 @@ impl Settle for KafkaHandle {
         Ok(())
     }
 
+    /// To the retry topic, due now, with the count it had: this delivery not counted.
+    async fn release(self, unit: &Unit) -> Result<(), TransportError> {
+        let headers = self.carrying(unit, unit.delivery_count());
+        let topic = self.shared.retry_topic.clone();
+        self.publish(&topic, unit.payload(), headers).await?;
+        self.finish();
+        Ok(())
+    }
+
     async fn copy_to_dead_letter(
         &mut self,
         unit: &Unit,

@@ -156,7 +156,7 @@ fn move_to_dead_letter(state: &mut super::State, queue: &str, dead: Entry) {
 
 impl MemoryHandle {
     /// Takes the unit out of this consumer's hands: from now on it is settled.
-    fn release(
+    fn take_out(
         &mut self,
     ) -> (
         std::sync::MutexGuard<'_, super::State>,
@@ -178,15 +178,25 @@ fn gone() -> TransportError {
 
 impl Settle for MemoryHandle {
     async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
-        self.release().1.map(drop)
+        self.take_out().1.map(drop)
     }
 
     async fn give_back(mut self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
         let queue = self.queue.clone();
-        let (mut state, entry) = self.release();
+        let (mut state, entry) = self.take_out();
         let entry = entry?;
         let due = (!after.is_zero()).then(|| Instant::now() + after);
         requeue(&mut state, &queue, entry, due);
+        Ok(())
+    }
+
+    /// Back at the head of the queue, this delivery not counted.
+    async fn release(mut self, _unit: &Unit) -> Result<(), TransportError> {
+        let queue = self.queue.clone();
+        let (mut state, entry) = self.take_out();
+        let mut entry = entry?;
+        entry.deliveries = entry.deliveries.saturating_sub(1);
+        requeue(&mut state, &queue, entry, None);
         Ok(())
     }
 

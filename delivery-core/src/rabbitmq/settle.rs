@@ -80,7 +80,20 @@ impl Settle for RabbitHandle {
             // The count travels with the unit: a copy carrying it goes to the back of the
             // queue, confirmed, and only then is the original acknowledged.
             let properties = std::mem::take(&mut self.properties);
-            return return_copy(&self.shared, unit, properties, &acker).await;
+            let so_far = unit.delivery_count().get();
+            return return_copy(&self.shared, unit, so_far, properties, &acker).await;
+        }
+        requeue(&acker).await
+    }
+
+    /// A classic queue: a confirmed copy carrying the deliveries before this one, then the
+    /// original acknowledged — this delivery not counted. A quorum queue counts the requeue.
+    async fn release(mut self, unit: &Unit) -> Result<(), TransportError> {
+        let acker = self.acker();
+        if self.shared.classic {
+            let properties = std::mem::take(&mut self.properties);
+            let before = unit.delivery_count().get() - 1;
+            return return_copy(&self.shared, unit, before, properties, &acker).await;
         }
         requeue(&acker).await
     }
@@ -119,12 +132,14 @@ impl Settle for RabbitHandle {
     }
 }
 
-/// Returns a unit of a classic queue: publishes a copy carrying its delivery count (the number
-/// of deliveries so far) under a confirm, then acknowledges the original. If the copy is not
-/// confirmed, the original is requeued instead (its count then stays, but nothing is lost).
+/// Returns a unit of a classic queue: publishes a copy carrying `deliveries_so_far` (the
+/// deliveries that count) under a confirm, then acknowledges the original. If the copy is not
+/// confirmed, the original is requeued instead: it arrives redelivered, and the source counts
+/// that delivery then; nothing is lost.
 async fn return_copy(
     shared: &Shared,
     unit: &Unit,
+    deliveries_so_far: u32,
     properties: BasicProperties,
     acker: &Acker,
 ) -> Result<(), TransportError> {
@@ -132,7 +147,7 @@ async fn return_copy(
         properties.headers().as_ref(),
         [(
             crate::headers::DELIVERY_COUNT,
-            AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
+            AMQPValue::LongLongInt(i64::from(deliveries_so_far)),
         )],
     );
     let copied = shared

@@ -16,6 +16,7 @@
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
 //! | [`a_slow_handler_runs_once`] | 1, 3 |
 //! | [`a_crash_loop_reaches_the_dead_letter`] | 2 |
+//! | [`a_unit_cut_short_at_shutdown_on_its_last_delivery`] | 1, 2 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -79,6 +80,14 @@ pub trait Fixture: Send + Sync + 'static {
         None
     }
 
+    /// Whether a unit released at shutdown (its run cut short by the drain deadline) has that
+    /// delivery counted: `true` where the mechanism counts every return (a quorum queue, a
+    /// stream's pending entry, JetStream); `false` where the runtime can hand it back uncounted
+    /// ([`Settle::release`](crate::Settle::release): the in-memory queue, a classic queue, Kafka).
+    fn counts_released_deliveries(&self) -> bool {
+        true
+    }
+
     /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
     /// (a quorum queue, a stream's pending entry, a JetStream consumer); `false` where the count
     /// travels with the unit (a log read by offset), because the count moves only when the unit is
@@ -100,6 +109,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
     a_slow_handler_runs_once(fixture).await;
     a_crash_loop_reaches_the_dead_letter(fixture).await;
+    a_unit_cut_short_at_shutdown_on_its_last_delivery(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
@@ -120,6 +130,9 @@ struct Script {
     /// between the effect and the acknowledgement).
     #[serde(default)]
     hang_after_effect_until: u32,
+    /// Hang before the effect on this delivery, the first time it comes.
+    #[serde(default)]
+    hang_once_on: u32,
     /// Hang before the effect on every delivery (a unit whose handling kills its consumer).
     #[serde(default)]
     hang: bool,
@@ -140,6 +153,8 @@ struct Store {
     runs: Arc<Mutex<Vec<(String, u32)>>>,
     /// Every run that applied its effect, keyed writes that changed something.
     writes: Arc<Mutex<Vec<String>>>,
+    /// Keys whose run hung once (`hang_once_on`).
+    hung: Arc<Mutex<Vec<String>>>,
 }
 
 impl Store {
@@ -181,6 +196,17 @@ impl Handler<Store> for Scripted {
             }
             if script.hang {
                 std::future::pending::<()>().await;
+            }
+            if count == script.hang_once_on && count > 0 {
+                let first = {
+                    let mut hung = store.hung.lock().unwrap();
+                    let first = !hung.contains(&script.key);
+                    hung.push(script.key.clone());
+                    first
+                };
+                if first {
+                    std::future::pending::<()>().await;
+                }
             }
             if script.sleep_ms > 0 {
                 tokio::time::sleep(Duration::from_millis(script.sleep_ms)).await;
@@ -834,4 +860,86 @@ pub async fn a_crash_loop_reaches_the_dead_letter<F: Fixture>(fixture: &F) {
     assert_eq!(dead[0].id, "doom-1");
     assert_eq!(dead[0].payload.as_ref(), payload.as_bytes(), "intact");
     assert_eq!(dead[0].reason, ReasonKind::Exhausted);
+}
+
+/// Rules 1 and 2: a unit whose run is cut short at shutdown, on its last allowed delivery, did not
+/// fail: the runtime releases it ([`Settle::release`](crate::Settle::release)). Where the
+/// mechanism allows, that delivery is not counted, and the next consumer applies the unit; where
+/// it counts every return ([`Fixture::counts_released_deliveries`]), the unit is past the bound
+/// on its next arrival and goes to the dead letter intact, as exhausted — never lost either way.
+pub async fn a_unit_cut_short_at_shutdown_on_its_last_delivery<F: Fixture>(fixture: &F) {
+    let name = queue("cut-short");
+    fixture.declare(&name, 2).await;
+    let payload = r#"{"key":"q","value":4,"fail_until":2,"hang_once_on":2}"#;
+    fixture.publish(&name, Unit::new("cut-1", payload)).await;
+    let store = Store::default();
+    // Delivery 1 fails; delivery 2, the last allowed, hangs until the drain deadline cuts it.
+    let source = fixture.consume(&name).await;
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = tokio::spawn({
+        let (store, stop) = (store.clone(), stop.clone());
+        Consumer::new(source)
+            .state(store)
+            .max_deliveries(2)
+            .backoff(Backoff::exponential(
+                Duration::from_millis(10),
+                Duration::from_millis(50),
+            ))
+            .drain_deadline(Duration::from_millis(200))
+            .shutdown_on(async move { stop.notified().await })
+            .run(Scripted)
+    });
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while store.runs_of("q").len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance `a_unit_cut_short_at_shutdown`: the second delivery never came; runs: {:?}",
+            store.runs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.notify_one();
+    let report = running.await.expect("the consumer ran");
+    assert_eq!(
+        (report.returned, report.dead_lettered),
+        (2, 0),
+        "failed once, released once: {report:?}"
+    );
+    if fixture.counts_released_deliveries() {
+        // Past the bound on arrival: dead-lettered unhandled. (JetStream delivers it no more and
+        // reports it stranded; the sweep moves it.)
+        let source = fixture.consume(&name).await;
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let running = tokio::spawn({
+            let (store, stop) = (store.clone(), stop.clone());
+            Consumer::new(source)
+                .state(store)
+                .max_deliveries(2)
+                .shutdown_on(async move { stop.notified().await })
+                .run(Scripted)
+        });
+        let dead = wait_dead_letters(fixture, &name, 1).await;
+        stop.notify_one();
+        running.await.expect("the consumer ran");
+        assert_eq!(dead[0].id, "cut-1");
+        assert_eq!(dead[0].payload.as_ref(), payload.as_bytes(), "intact");
+        assert_eq!(dead[0].reason, ReasonKind::Exhausted);
+        assert_eq!(store.runs_of("q"), [1, 2], "not run past the bound");
+    } else {
+        consume_until(
+            fixture,
+            &name,
+            &store,
+            2,
+            "a_unit_cut_short_at_shutdown_on_its_last_delivery",
+            |s| s.rows().contains_key("q"),
+        )
+        .await;
+        assert_eq!(
+            store.runs_of("q"),
+            [1, 2, 2],
+            "released uncounted: delivered again as the same delivery"
+        );
+        assert!(dead_letters(fixture, &name).await.is_empty());
+    }
 }
