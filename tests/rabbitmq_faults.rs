@@ -197,6 +197,101 @@ async fn a_broker_restart_loses_nothing() {
     broker_restart_resumes_consumption().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_blocks_publishing_cannot_hold_shutdown_up() {
+    let _one = ONE_FAULT_AT_A_TIME.lock().await;
+    blocked_publishing_at_shutdown().await;
+}
+
+/// The broker's memory alarm raised (publishing blocked; a dead-letter copy never confirmed)
+/// while a unit is being dead-lettered, then the shutdown signal: `run` returns within the drain
+/// deadline and the settle grace, not after the publisher's 30 s confirm timeout, and the unit,
+/// never acknowledged, is still in its queue once the alarm is cleared.
+async fn blocked_publishing_at_shutdown() {
+    use delivery::rabbitmq::{RabbitSource, RabbitTopology};
+    use delivery::{Consumer, HandlerError, State, consumer};
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+
+    #[consumer]
+    async fn refuse(State(seen): State<Arc<Notify>>) -> Result<(), HandlerError> {
+        seen.notify_one();
+        Err(HandlerError::reject("refused"))
+    }
+
+    let url = process::amqp_url();
+    let topology = RabbitTopology::new(format!("faults-blocked-{}", std::process::id()));
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = delivery::rabbitmq::ConfirmedPublisher::new(url.as_str());
+    publisher
+        .publish(
+            &topology.queue,
+            b"{}",
+            delivery::lapin::BasicProperties::default().with_message_id("blocked-1".into()),
+        )
+        .await
+        .unwrap();
+    let before = Command::new("rabbitmqctl")
+        .args(["eval", "vm_memory_monitor:get_vm_memory_high_watermark()."])
+        .output()
+        .expect("rabbitmqctl");
+    let before = String::from_utf8_lossy(&before.stdout).trim().to_owned();
+    let before: &'static str = Box::leak(before.into_boxed_str());
+    service(
+        "raising the memory alarm",
+        "rabbitmqctl",
+        &["set_vm_memory_high_watermark", "0"],
+    );
+    struct Clear(&'static str);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            service(
+                "clearing the memory alarm",
+                "rabbitmqctl",
+                &["set_vm_memory_high_watermark", self.0],
+            );
+        }
+    }
+    let clear = Clear(before);
+
+    let seen = Arc::new(Notify::new());
+    let stop = Arc::new(Notify::new());
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let run = tokio::spawn(
+        Consumer::new(source)
+            .state(seen.clone())
+            .drain_deadline(Duration::from_secs(1))
+            .shutdown_on({
+                let stop = stop.clone();
+                async move { stop.notified().await }
+            })
+            .run(refuse),
+    );
+    seen.notified().await;
+    stop.notify_one();
+    // The drain deadline (1 s) and the settle grace (5 s), with room to spare; the blocked
+    // confirm alone would take 30 s.
+    let report = tokio::time::timeout(Duration::from_secs(15), run)
+        .await
+        .expect("shutdown bounded by the drain deadline, settles included")
+        .unwrap();
+    assert_eq!(report.acked + report.dead_lettered, 0, "{report:?}");
+    drop(clear);
+    wait_for(
+        "the unit back in its queue",
+        Duration::from_secs(30),
+        async || rabbitmq::queue_counts(&connection, &topology.queue).await.0 == 1,
+    )
+    .await;
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+}
+
 /// PostgreSQL is stopped for 10 s while units keep arriving. With the default backoff (and the
 /// example's delivery limit of 5), units that failed during the outage are applied afterwards,
 /// not dead-lettered as exhausted.

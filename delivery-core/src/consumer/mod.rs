@@ -123,7 +123,10 @@ impl<Src: Source, S> Consumer<Src, S> {
         self
     }
 
-    /// How long units in flight may run after shutdown before they are returned (default 30 s).
+    /// How long units in flight may run after shutdown before they are released (default 30 s).
+    /// It bounds the whole shutdown, settles included: past it and a 5 s grace for the settles
+    /// it started, whatever still waits on the broker is dropped unsettled, and the broker
+    /// delivers those units again — a broker that stopped answering cannot hold a process up.
     pub fn drain_deadline(mut self, deadline: Duration) -> Self {
         self.stop.drain_within(deadline);
         self

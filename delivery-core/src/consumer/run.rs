@@ -28,6 +28,10 @@ use crate::unit::Unit;
 /// the loop waits, it watches the signal.
 const SHUTDOWN_CHECK_EVERY: u32 = 32;
 
+/// After the drain deadline, how long the settles it started (units given back, released) may
+/// still take before they are dropped unsettled.
+const SETTLE_GRACE: Duration = Duration::from_secs(5);
+
 /// What a unit's run needs besides the unit, shared by every unit of a run.
 struct Env<'a, S, H> {
     handler: &'a H,
@@ -53,7 +57,16 @@ where
         stop,
         ..
     } = consumer;
-    let (mut shutdown, drain_deadline) = stop.into_parts();
+    let (signal, drain_deadline) = stop.into_parts();
+    // Seen by the loop as its shutdown signal; seen here, it starts the hard stop below.
+    let stopping = CancellationToken::new();
+    let mut shutdown: Shutdown = Box::pin({
+        let stopping = stopping.clone();
+        async move {
+            signal.await;
+            stopping.cancel();
+        }
+    });
     let counters = Counters::new(source.name());
     let holds = Holds::default();
     let mut report = Report::default();
@@ -73,12 +86,30 @@ where
         concurrency,
         "consumer started"
     );
-    if concurrency == 1 {
-        one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
-    } else {
-        several_at_once(&mut source, &env, concurrency, &mut shutdown, &mut report).await;
+    let work = async {
+        if concurrency == 1 {
+            one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
+        } else {
+            several_at_once(&mut source, &env, concurrency, &mut shutdown, &mut report).await;
+        }
+        holds.release(&mut report).await;
+    };
+    // The drain deadline bounds everything after the signal, settles included: past it and a
+    // grace for the settles it started, whatever is still settling (a broker that stopped
+    // answering) is dropped unsettled, and the mechanism delivers those units again.
+    let hard_stop = async {
+        stopping.cancelled().await;
+        tokio::time::sleep(drain_deadline + SETTLE_GRACE).await;
+    };
+    tokio::select! {
+        biased;
+        () = work => {}
+        () = hard_stop => tracing::warn!(
+            grace_ms = SETTLE_GRACE.as_millis() as u64,
+            "settles still waiting on the broker past the drain deadline and its grace; \
+             their units are left unsettled, for the broker to deliver again"
+        ),
     }
-    holds.release(&mut report).await;
     tracing::info!(source = source.name(), ?report, "consumer stopped");
     report
 }
