@@ -87,6 +87,24 @@ async fn statuses(store: &PgStore, name: &str, n: usize) -> Vec<(Status, u32)> {
     out
 }
 
+/// Completes once every record has failed at least once and been claimed again (its second
+/// attempt counted): the receiver-down phase has seen every record fail, however loaded the
+/// machine.
+async fn every_record_failed(store: PgStore, name: &'static str, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !statuses(&store, name, n)
+        .await
+        .iter()
+        .all(|(_, attempts)| *attempts >= 2)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every {name} record failed within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The exchange exists but the queue bound to it was deleted: every publish comes back unroutable
 /// (a basic.return before the ack), so no receipt, nothing marked; bound again, all delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +137,7 @@ async fn an_unroutable_publish_is_not_a_receipt() {
         .backoff(quick_backoff())
         .max_attempts(100)
         .poll_interval(Duration::from_millis(50))
-        .shutdown_on(tokio::time::sleep(Duration::from_secs(2)))
+        .shutdown_on(every_record_failed(store.clone(), "rabbit", N))
         .run(to_rabbitmq)
         .await;
     assert_eq!(report.delivered, 0, "{report:?}");
@@ -221,7 +239,7 @@ async fn a_503_is_not_a_receipt() {
         .backoff(quick_backoff())
         .max_attempts(100)
         .poll_interval(Duration::from_millis(50))
-        .shutdown_on(tokio::time::sleep(Duration::from_secs(1)))
+        .shutdown_on(every_record_failed(store.clone(), "http", N))
         .run(to_http)
         .await;
     assert_eq!(report.delivered, 0, "{report:?}");

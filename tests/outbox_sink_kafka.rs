@@ -277,7 +277,11 @@ async fn relayed_records_arrive_under_their_id_and_key_and_are_marked_after_the_
     assert_eq!(app.receipts.load(Ordering::SeqCst), N as u64);
     assert_eq!(app.marked_before_receipt.load(Ordering::SeqCst), 0);
     for (id, (status, attempts, _)) in statuses(&store, name, N).await {
-        assert_eq!((status, attempts), (Status::Delivered, 0), "{id}");
+        assert_eq!(
+            (status, attempts),
+            (Status::Delivered, 1),
+            "{id}: one attempt, counted when claimed"
+        );
     }
     assert_eq!(store.pending().await.unwrap(), 0);
 
@@ -307,7 +311,24 @@ async fn with_the_broker_unreachable_nothing_is_marked_then_every_record_is_rela
         .backoff(quick_backoff())
         .max_attempts(100)
         .poll_interval(Duration::from_millis(50))
-        .shutdown_on(tokio::time::sleep(Duration::from_secs(2)))
+        .shutdown_on({
+            // Until every record failed once and was claimed again, however loaded the machine.
+            let store = store.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+                while !statuses(&store, name, N)
+                    .await
+                    .values()
+                    .all(|(_, attempts, _)| *attempts >= 2)
+                {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "not every record failed"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        })
         .run(to_kafka)
         .await;
     assert_eq!(report.delivered, 0, "{report:?}");
