@@ -277,6 +277,37 @@ async fn consume_until<F: Fixture>(
     );
 }
 
+/// Waits until `holds`, failing `check` after [`PATIENCE`].
+async fn until(check: &str, store: &Store, holds: impl Fn(&Store) -> bool) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !holds(store) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conformance `{check}`: the condition never held within {PATIENCE:?}; runs: {:?}",
+            store.runs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A consumer of `name`, one unit at a time, with no shutdown signal: the check crashes it by
+/// dropping its task (with its source and handles).
+async fn crashable<F: Fixture>(
+    fixture: &F,
+    name: &str,
+    store: &Store,
+    max_deliveries: u32,
+) -> tokio::task::JoinHandle<crate::consumer::Report> {
+    let source = fixture.consume(name).await;
+    tokio::spawn(
+        Consumer::new(source)
+            .state(store.clone())
+            .concurrency(1)
+            .max_deliveries(max_deliveries)
+            .run(Scripted),
+    )
+}
+
 fn queue(check: &str) -> String {
     format!("conformance-{check}")
 }
@@ -490,26 +521,13 @@ pub async fn a_crash_between_effect_and_ack_loses_nothing<F: Fixture>(fixture: &
     let store = Store::default();
     // The first consumer applies the effect, then hangs before acknowledging; it is killed (its
     // task dropped with its source and handles) once the effect is there.
-    let source = fixture.consume(&name).await;
-    let crashed = tokio::spawn({
-        let store = store.clone();
-        async move {
-            Consumer::new(source)
-                .state(store)
-                .concurrency(1)
-                .max_deliveries(5)
-                .run(Scripted)
-                .await
-        }
-    });
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !store.rows().contains_key("c") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conformance `crash`: the effect never happened"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let crashed = crashable(fixture, &name, &store, 5).await;
+    until(
+        "a_crash_between_effect_and_ack_loses_nothing",
+        &store,
+        |s| s.rows().contains_key("c"),
+    )
+    .await;
     crashed.abort();
     let _ = crashed.await;
     consume_until(
@@ -756,15 +774,10 @@ pub async fn a_slow_handler_runs_once<F: Fixture>(fixture: &F) {
                 .await
         }));
     }
-    let deadline = tokio::time::Instant::now() + PATIENCE + timer * 3;
-    while !store.rows().contains_key("s") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conformance `a_slow_handler_runs_once`: never applied; runs: {:?}",
-            store.runs()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a_slow_handler_runs_once", &store, |s| {
+        s.rows().contains_key("s")
+    })
+    .await;
     // Longer than the timer again: a unit not acknowledged would be delivered meanwhile.
     tokio::time::sleep(timer * 2).await;
     stop.notify_waiters();
@@ -796,27 +809,11 @@ pub async fn a_crash_loop_reaches_the_dead_letter<F: Fixture>(fixture: &F) {
     fixture.publish(&name, Unit::new("doom-1", payload)).await;
     let store = Store::default();
     for crash in 1..=3 {
-        let source = fixture.consume(&name).await;
-        let running = tokio::spawn({
-            let store = store.clone();
-            async move {
-                Consumer::new(source)
-                    .state(store)
-                    .concurrency(1)
-                    .max_deliveries(3)
-                    .run(Scripted)
-                    .await
-            }
-        });
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        while store.runs_of("d").len() < crash {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "conformance `a_crash_loop_reaches_the_dead_letter`: delivery {crash} never came; runs: {:?}",
-                store.runs()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let running = crashable(fixture, &name, &store, 3).await;
+        until("a_crash_loop_reaches_the_dead_letter", &store, |s| {
+            s.runs_of("d").len() >= crash
+        })
+        .await;
         running.abort();
         let _ = running.await;
     }
@@ -889,15 +886,12 @@ pub async fn a_unit_cut_short_at_shutdown_on_its_last_delivery<F: Fixture>(fixtu
             .shutdown_on(async move { stop.notified().await })
             .run(Scripted)
     });
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while store.runs_of("q").len() < 2 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conformance `a_unit_cut_short_at_shutdown`: the second delivery never came; runs: {:?}",
-            store.runs()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until(
+        "a_unit_cut_short_at_shutdown_on_its_last_delivery",
+        &store,
+        |s| s.runs_of("q").len() >= 2,
+    )
+    .await;
     stop.notify_one();
     let report = running.await.expect("the consumer ran");
     assert_eq!(
