@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use delivery::Unit;
 use delivery::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
 use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
-use delivery::lapin::{BasicProperties, Connection};
+use delivery::lapin::BasicProperties;
 use delivery::rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
@@ -32,12 +32,14 @@ impl Rabbit {
         static RUN: AtomicU64 = AtomicU64::new(0);
         let url = amqp_url();
         // Fail loudly if the broker is not there.
-        let connection = Connection::connect(&url, Default::default())
-            .await
-            .unwrap_or_else(|e| {
-                panic!("RabbitMQ unreachable at {url}: {e} (scripts/services.sh starts it)")
-            });
-        let _ = connection.close(200, "ok".into()).await;
+        let connection = delivery::rabbitmq::connect(&url).await.unwrap_or_else(|e| {
+            panic!("RabbitMQ unreachable at {url}: {e} (scripts/services.sh starts it)")
+        });
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            connection.close(200, "ok".into()),
+        )
+        .await;
         Rabbit {
             publisher: ConfirmedPublisher::new(url.as_str()),
             url,
@@ -68,9 +70,7 @@ impl Rabbit {
     }
 
     async fn delete(&self, topology: &RabbitTopology) {
-        let connection = Connection::connect(&self.url, Default::default())
-            .await
-            .unwrap();
+        let connection = delivery::rabbitmq::connect(&self.url).await.unwrap();
         for queue in [topology.queue.clone(), topology.dead_letter_queue_name()] {
             let channel = connection.create_channel().await.unwrap();
             let _ = channel
@@ -84,7 +84,11 @@ impl Rabbit {
                 Default::default(),
             )
             .await;
-        let _ = connection.close(200, "ok".into()).await;
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            connection.close(200, "ok".into()),
+        )
+        .await;
     }
 
     async fn cleanup(&self) {
@@ -214,9 +218,7 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
     delivery::rabbitmq::declare(&rabbit.url, &topology)
         .await
         .unwrap();
-    let connection = Connection::connect(&rabbit.url, Default::default())
-        .await
-        .unwrap();
+    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     channel
         .basic_publish(
@@ -247,7 +249,11 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
     assert_eq!(second.delivery_count().get(), 2);
     handle.ack(&second).await.unwrap();
     drop(source);
-    let _ = connection.close(200, "ok".into()).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        connection.close(200, "ok".into()),
+    )
+    .await;
     rabbit.delete(&topology).await;
 }
 
@@ -298,9 +304,7 @@ async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
     assert_eq!(report.returned, 1, "{report:?}");
     assert_eq!(report.acked + report.settle_failed, 0, "{report:?}");
     let topology = rabbit.topology(name);
-    let connection = Connection::connect(&rabbit.url, Default::default())
-        .await
-        .unwrap();
+    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     let ready = channel
         .queue_declare(
@@ -315,7 +319,11 @@ async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
         .unwrap()
         .message_count();
     assert_eq!(ready, 1, "given back before `run` returned");
-    let _ = connection.close(200, "ok".into()).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        connection.close(200, "ok".into()),
+    )
+    .await;
 
     let report = Consumer::new(rabbit.consume(name).await)
         .state(seen.clone())
@@ -371,9 +379,7 @@ async fn a_failing_dead_letter_is_not_a_hot_loop() {
     let rabbit = Rabbit::classic().await;
     rabbit.declare("no-dlq", 1000).await;
     let topology = rabbit.topology("no-dlq");
-    let connection = Connection::connect(&rabbit.url, Default::default())
-        .await
-        .unwrap();
+    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     channel
         .queue_delete(
@@ -408,7 +414,11 @@ async fn a_failing_dead_letter_is_not_a_hot_loop() {
         (q.message_count(), q.consumer_count())
     };
     assert_eq!(ready, 1, "the unit is still in its queue");
-    let _ = connection.close(200, "ok".into()).await;
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        connection.close(200, "ok".into()),
+    )
+    .await;
     rabbit.cleanup().await;
 }
 

@@ -7,7 +7,7 @@ use delivery::rabbitmq::RabbitTopology;
 
 /// Connects to `url`, failing the test with the URL when the broker is unreachable.
 pub async fn connect(url: &str) -> Connection {
-    Connection::connect(url, Default::default())
+    delivery::rabbitmq::connect(url)
         .await
         .unwrap_or_else(|e| panic!("RabbitMQ unreachable at {url}: {e}"))
 }

@@ -112,7 +112,7 @@ impl RabbitDeadLetters {
         match connection.create_channel().await {
             Ok(channel) => Ok((connection, channel)),
             Err(error) => {
-                let _ = connection.close(200, "done".into()).await;
+                super::close(&connection, "done").await;
                 Err(TransportError::new("opening a channel", error))
             }
         }
@@ -146,7 +146,7 @@ impl RabbitDeadLetters {
                 position: 0,
             }),
             Err(error) => {
-                let _ = connection.close(200, "done".into()).await;
+                super::close(&connection, "done").await;
                 Err(error)
             }
         }
@@ -283,7 +283,7 @@ impl Pass {
     /// Ends the pass: closing its channel settles the acknowledgements sent on it and hands back
     /// the units held; then waits until the broker shows them ready again.
     async fn end(self, dead: &RabbitDeadLetters) {
-        let _ = self.channel.close(200, "pass done".into()).await;
+        super::close_channel(&self.channel, "pass done").await;
         if self.held > 0 {
             let deadline = tokio::time::Instant::now() + HANDED_BACK;
             if let Ok(channel) = self.connection.create_channel().await {
@@ -305,7 +305,7 @@ impl Pass {
                 }
             }
         }
-        let _ = self.connection.close(200, "pass done".into()).await;
+        super::close(&self.connection, "pass done").await;
     }
 }
 
@@ -320,7 +320,7 @@ impl DeadLetters for RabbitDeadLetters {
     async fn count(&self) -> Result<u64, TransportError> {
         let (connection, channel) = self.open().await?;
         let ready = self.ready(&channel).await;
-        let _ = connection.close(200, "done".into()).await;
+        super::close(&connection, "done").await;
         let depth = ready?;
         crate::dead_letter::depth::record(&self.dead_letter_queue, depth);
         Ok(depth)

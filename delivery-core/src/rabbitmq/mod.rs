@@ -56,15 +56,57 @@ pub use sink::RabbitSink;
 pub use source::RabbitSource;
 pub use topology::{QueueType, RabbitTopology, TopologyError};
 
+use std::time::Duration;
+
 use lapin::{Connection, ConnectionProperties};
 
 use crate::transport::TransportError;
 
 /// Opens a connection to `url` (`amqp://user:pass@host:port/vhost`, the vhost URL-encoded).
+///
+/// Each attempt is bounded (10 s), and a connection attempt that gets no answer is made again,
+/// three times in all: lapin's handshake can wait forever when the broker closes the connection
+/// during it (a handshake timeout under load), and a source must not hang on that.
 pub async fn connect(url: &str) -> Result<Connection, TransportError> {
-    Connection::connect(url, ConnectionProperties::default())
+    connect_with(url, ConnectionProperties::default()).await
+}
+
+/// [`connect`] with lapin's connection `properties`.
+pub(crate) async fn connect_with(
+    url: &str,
+    properties: ConnectionProperties,
+) -> Result<Connection, TransportError> {
+    const ATTEMPT: Duration = Duration::from_secs(10);
+    for _ in 1..3 {
+        match tokio::time::timeout(ATTEMPT, Connection::connect(url, properties.clone())).await {
+            Ok(connected) => {
+                return connected.map_err(|e| TransportError::new("connecting to RabbitMQ", e));
+            }
+            Err(_) => {
+                tracing::warn!("no answer from RabbitMQ within {ATTEMPT:?}; connecting again")
+            }
+        }
+    }
+    tokio::time::timeout(ATTEMPT, Connection::connect(url, properties))
         .await
+        .map_err(|_| {
+            TransportError::msg(
+                "connecting to RabbitMQ",
+                format!("no answer within {ATTEMPT:?}, three times"),
+            )
+        })?
         .map_err(|e| TransportError::new("connecting to RabbitMQ", e))
+}
+
+/// Closes `connection`, waiting at most 5 s for the broker's answer (lapin's close can wait
+/// forever when the socket went first).
+pub(crate) async fn close(connection: &Connection, why: &str) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), connection.close(200, why.into())).await;
+}
+
+/// Closes `channel`, waiting at most 5 s (as [`close`]).
+pub(crate) async fn close_channel(channel: &lapin::Channel, why: &str) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), channel.close(200, why.into())).await;
 }
 
 /// Connects to `url` and declares `topology` ([`RabbitTopology::declare`]).
@@ -74,6 +116,6 @@ pub async fn declare(
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let connection = connect(url).await?;
     let declared = topology.declare(&connection).await;
-    let _ = connection.close(200, "declared".into()).await;
+    close(&connection, "declared").await;
     Ok(declared?)
 }

@@ -289,9 +289,7 @@ impl ConfirmedPublisher {
                     Some(connection) if connection.status().connected() => connection,
                     _ => {
                         debug!("dialling RabbitMQ for a publisher");
-                        Connection::connect(url, properties.clone())
-                            .await
-                            .map_err(|e| TransportError::new("connecting to RabbitMQ", e))?
+                        super::connect_with(url, properties.clone()).await?
                     }
                 };
                 let lane = Lane::open(&connection, generation).await;
@@ -311,7 +309,7 @@ impl ConfirmedPublisher {
             retire(&lane, "the publisher was closed");
         }
         if let Some(connection) = opened.connection.take() {
-            let _ = connection.close(200, "closing".into()).await;
+            super::close(&connection, "closing").await;
         }
     }
 }

@@ -159,7 +159,7 @@ impl RabbitSource {
             let declared = channel
                 .queue_declare(queue.into(), options, arguments)
                 .await;
-            let _ = channel.close(200, "checked".into()).await;
+            super::close_channel(&channel, "checked").await;
             Ok::<_, TransportError>(declared.map(drop))
         };
         declare(true, FieldTable::default())

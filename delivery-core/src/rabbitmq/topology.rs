@@ -226,7 +226,7 @@ impl RabbitTopology {
             .queue_declare(self.queue.as_str().into(), durable, self.queue_arguments())
             .await
             .map_err(|e| TopologyError::new("declaring the queue", &self.queue, e))?;
-        let _ = channel.close(200, "declared".into()).await;
+        super::close_channel(&channel, "declared").await;
         Ok(())
     }
 }
