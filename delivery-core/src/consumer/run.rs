@@ -179,23 +179,19 @@ async fn one_at_a_time<Src, S, H>(
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
             Poll::Pending => {
-                // Waiting: the unit is kept alive, and the shutdown signal starts the drain
-                // deadline, past which the unit is returned unfinished.
-                let mut keeping = Keeping::new(env.keep_alive);
-                let mut drain = pin!(tokio::time::sleep(Duration::MAX));
-                loop {
-                    tokio::select! {
-                        biased;
-                        outcome = &mut run => break outcome,
-                        () = keeping.due() => keeping.kept(handle.still_handling(&unit).await, &unit),
-                        () = &mut *shutdown, if !stopping => {
-                            stopping = true;
-                            drain.as_mut().reset(tokio::time::Instant::now() + env.drain_deadline);
-                        }
-                        () = &mut drain, if stopping => {
-                            count(report, abandoned(handle, &unit, env.counters).await);
-                            break 'units;
-                        }
+                // Waiting: the shutdown signal starts the drain deadline, past which the unit is
+                // returned unfinished.
+                let drain = async {
+                    (&mut *shutdown).await;
+                    stopping = true;
+                    tokio::time::sleep(env.drain_deadline).await;
+                };
+                let waited = waiting(Pin::new(&mut run), &mut handle, &unit, env, drain).await;
+                match waited {
+                    Some(outcome) => outcome,
+                    None => {
+                        count(report, abandoned(handle, &unit, env.counters).await);
+                        break 'units;
                     }
                 }
             }
@@ -320,6 +316,37 @@ async fn several_at_once<Src, S, H>(
     }
 }
 
+/// A handler's run that did not complete on its first poll, awaited with its unit kept alive
+/// ([`Source::keep_alive`]) until it completes, or until `abandon` does: `None` then.
+///
+/// Boxed and out of line, so that both loops' state stays as small as the common case needs (a
+/// handler that completes on its first poll, which never comes here).
+#[inline(never)]
+fn waiting<'a, F, L, S, H>(
+    mut run: Pin<&'a mut F>,
+    handle: &'a mut L,
+    unit: &'a Unit,
+    env: &Env<'_, S, H>,
+    abandon: impl Future<Output = ()> + 'a,
+) -> Pin<Box<impl Future<Output = Option<F::Output>> + 'a>>
+where
+    F: Future,
+    L: Settle,
+{
+    let mut keeping = Keeping::new(env.keep_alive);
+    Box::pin(async move {
+        let mut abandon = pin!(abandon);
+        loop {
+            tokio::select! {
+                biased;
+                outcome = &mut run => return Some(outcome),
+                () = keeping.due() => keeping.kept(handle.still_handling(unit).await, unit),
+                () = &mut abandon => return None,
+            }
+        }
+    })
+}
+
 /// A waiting handler's unit kept alive ([`Source::keep_alive`]): due every `every`, until
 /// `at_most` after the wait began.
 struct Keeping {
@@ -350,7 +377,7 @@ impl Keeping {
     }
 
     #[cold]
-    fn kept(&mut self, result: Result<(), TransportError>, unit: &Unit) {
+    fn kept(&self, result: Result<(), TransportError>, unit: &Unit) {
         if let Err(error) = result {
             tracing::warn!(unit.id = unit.id().as_str(), %error,
                 "could not keep the unit alive; the mechanism may deliver it again meanwhile");
@@ -516,14 +543,11 @@ where
             Poll::Ready(outcome) => outcome,
             // Still running: from now on the drain deadline may abandon it.
             Poll::Pending => {
-                let mut keeping = Keeping::new(env.keep_alive);
-                loop {
-                    tokio::select! {
-                        biased;
-                        outcome = &mut run => break outcome,
-                        () = keeping.due() => keeping.kept(handle.still_handling(&unit).await, &unit),
-                        () = abandon.cancelled() => return abandoned(handle, &unit, env.counters).await,
-                    }
+                let waited =
+                    waiting(Pin::new(&mut run), &mut handle, &unit, env, abandon.cancelled()).await;
+                match waited {
+                    Some(outcome) => outcome,
+                    None => return abandoned(handle, &unit, env.counters).await,
                 }
             }
         };
