@@ -123,6 +123,7 @@ async fn one_at_a_time<Src, S, H>(
     report: &mut Report,
 ) where
     Src: Source,
+    S: Sync,
     H: Handler<S>,
 {
     let mut pace = Pace::new();
@@ -181,10 +182,11 @@ async fn one_at_a_time<Src, S, H>(
             Poll::Pending => {
                 // Waiting: the shutdown signal starts the drain deadline, past which the unit is
                 // returned unfinished.
+                let drain_deadline = env.drain_deadline;
                 let drain = async {
                     (&mut *shutdown).await;
                     stopping = true;
-                    tokio::time::sleep(env.drain_deadline).await;
+                    tokio::time::sleep(drain_deadline).await;
                 };
                 let waited = waiting(Pin::new(&mut run), &mut handle, &unit, env, drain).await;
                 match waited {
@@ -228,6 +230,7 @@ async fn several_at_once<Src, S, H>(
     report: &mut Report,
 ) where
     Src: Source,
+    S: Sync,
     H: Handler<S>,
 {
     let abandon = CancellationToken::new();
@@ -320,17 +323,19 @@ async fn several_at_once<Src, S, H>(
 /// ([`Source::keep_alive`]) until it completes, or until `abandon` does: `None` then.
 ///
 /// Boxed and out of line, so that both loops' state stays as small as the common case needs (a
-/// handler that completes on its first poll, which never comes here).
+/// handler that completes on its first poll, which never comes here). A `dyn` future: an opaque
+/// one here defeats the compiler's proof that the consumer's future is `Send` for every lifetime.
 #[inline(never)]
 fn waiting<'a, F, L, S, H>(
     mut run: Pin<&'a mut F>,
     handle: &'a mut L,
     unit: &'a Unit,
     env: &Env<'_, S, H>,
-    abandon: impl Future<Output = ()> + 'a,
-) -> Pin<Box<impl Future<Output = Option<F::Output>> + 'a>>
+    abandon: impl Future<Output = ()> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = Option<F::Output>> + Send + 'a>>
 where
-    F: Future,
+    F: Future + Send,
+    F::Output: Send,
     L: Settle,
 {
     let mut keeping = Keeping::new(env.keep_alive);
@@ -521,6 +526,7 @@ fn process<'a, S, H, L>(
     abandon: &'a CancellationToken,
 ) -> impl Future<Output = Settled> + 'a
 where
+    S: Sync,
     H: Handler<S>,
     L: Settle,
 {
