@@ -69,13 +69,7 @@ impl Fixture for Kafka {
 
     async fn publish(&self, name: &str, unit: Unit) {
         let topology = self.topology(name);
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in unit.headers().iter() {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_ref()),
-            });
-        }
+        let headers = delivery::kafka::headers_of(&unit);
         send(
             &self.producer,
             record(

@@ -66,6 +66,7 @@ mod settle;
 mod source;
 mod topology;
 
+pub use codec::headers_of;
 pub use dead_letter::{NatsDeadLetters, SweepReport};
 pub use settle::NatsHandle;
 pub use source::NatsSource;

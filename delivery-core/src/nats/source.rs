@@ -16,7 +16,7 @@ use super::dead_letter::NatsDeadLetters;
 use super::settle::NatsHandle;
 use super::topology::NatsTopology;
 use crate::transport::{KeepAlive, Source, TransportError};
-use crate::unit::{DeliveryCount, Stamp, Unit};
+use crate::unit::{DeliveryCount, Unit};
 
 /// A consumer of one JetStream stream through its durable pull consumer (see the
 /// [module docs](super)).
@@ -178,10 +178,12 @@ impl NatsSource {
         let headers = message.headers;
         let id = codec::unit_id(headers.as_ref(), &self.shared.stream, sequence);
         let count = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
-        let unit = Unit::new(id, message.payload)
+        let mut unit = Unit::new(id, message.payload)
             .with_delivery_count(DeliveryCount::new(count))
-            .with_stamp(Stamp(sequence))
             .with_headers(codec::unit_headers(headers.as_ref()));
+        if let Some(stamp) = codec::stamp(headers.as_ref(), sequence) {
+            unit = unit.with_stamp(stamp);
+        }
         let handle = NatsHandle {
             reply: Some(reply),
             subject: message.subject,
