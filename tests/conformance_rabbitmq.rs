@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use delivery::Unit;
 use delivery::lapin::BasicProperties;
 use delivery::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
-use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
+use delivery::lapin::types::FieldTable;
 use delivery::rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
