@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use delivery::Unit;
-use delivery::kafka::client::message::{Header, OwnedHeaders};
+
 use delivery::kafka::client::producer::FutureProducer;
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use delivery::testing::conformance::{self, Fixture};

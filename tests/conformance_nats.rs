@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream;
 use delivery::Unit;
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};

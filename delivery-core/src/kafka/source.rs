@@ -360,7 +360,9 @@ impl KafkaSource {
             .with_delivery_count(count)
             .with_headers(read.headers);
         // The stamp its producer set or a retry kept, else its offset in the source topic.
-        let stamp = read.stamp.unwrap_or_else(|| u64::try_from(origin.offset).ok().map(Stamp));
+        let stamp = read
+            .stamp
+            .unwrap_or_else(|| u64::try_from(origin.offset).ok().map(Stamp));
         if let Some(stamp) = stamp {
             unit = unit.with_stamp(stamp);
         }

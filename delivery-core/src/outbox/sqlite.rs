@@ -10,9 +10,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
-use crate::unit::Stamp;
 use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
+use crate::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_sqlite.sql");
 

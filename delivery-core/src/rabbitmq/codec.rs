@@ -61,7 +61,10 @@ pub(crate) fn delivery_count(headers: Option<&FieldTable>) -> DeliveryCount {
 pub fn properties_of(unit: &crate::Unit) -> BasicProperties {
     let mut headers = FieldTable::default();
     for (name, value) in unit.headers().iter() {
-        headers.insert(name.into(), AMQPValue::LongString(LongString::from(value.to_vec())));
+        headers.insert(
+            name.into(),
+            AMQPValue::LongString(LongString::from(value.to_vec())),
+        );
     }
     if let Some(stamp) = unit.stamp() {
         headers.insert(

@@ -336,15 +336,27 @@ mod tests {
         let c = entry_id_stamp("1700000000001-0").unwrap();
         assert!(a < b && b < c);
         assert_eq!(entry_id_stamp("5-1"), Some(Stamp(5 << 20 | 1)));
-        assert_eq!(entry_id_stamp("5-99999999"), None, "a sequence past 20 bits");
+        assert_eq!(
+            entry_id_stamp("5-99999999"),
+            None,
+            "a sequence past 20 bits"
+        );
         assert_eq!(entry_id_stamp("x"), None);
         let kept = Entry {
             id: "1700000000001-0".into(),
-            fields: vec![(Bytes::from_static(b"x-delivery-stamp"), Bytes::from_static(b"9"))],
+            fields: vec![(
+                Bytes::from_static(b"x-delivery-stamp"),
+                Bytes::from_static(b"9"),
+            )],
         };
         assert_eq!(stamp(&kept), Some(Stamp(9)));
         assert_eq!(unit(&kept, DeliveryCount::FIRST).stamp(), Some(Stamp(9)));
-        assert!(unit(&kept, DeliveryCount::FIRST).headers().get("x-delivery-stamp").is_none());
+        assert!(
+            unit(&kept, DeliveryCount::FIRST)
+                .headers()
+                .get("x-delivery-stamp")
+                .is_none()
+        );
     }
 
     #[test]

@@ -160,6 +160,9 @@ fn script(key: &str, value: i64) -> String {
     format!(r#"{{"key":"{key}","value":{value}}}"#)
 }
 
+/// A key, and the stamp one of its units carried.
+type Seen = (String, Option<Stamp>);
+
 /// The suite's effect store and log.
 #[derive(Clone, Default)]
 struct Store {
@@ -171,7 +174,7 @@ struct Store {
     /// Keys whose run hung once (`hang_once_on`).
     hung: Arc<Mutex<Vec<String>>>,
     /// Every guarded run: key, the stamp its unit carried.
-    stamps_seen: Arc<Mutex<Vec<(String, Option<Stamp>)>>>,
+    stamps_seen: Arc<Mutex<Vec<Seen>>>,
     /// The stamp of each guarded key's stored value.
     stamps: Arc<Mutex<HashMap<String, Stamp>>>,
 }
@@ -250,7 +253,10 @@ impl Handler<Store> for Scripted {
                     return Outcome::Malformed(format!("{} carries no stamp", script.key));
                 };
                 let mut stamps = store.stamps.lock().unwrap();
-                if stamps.get(&script.key).is_some_and(|stored| *stored >= stamp) {
+                if stamps
+                    .get(&script.key)
+                    .is_some_and(|stored| *stored >= stamp)
+                {
                     // The store holds this unit's state or a newer one: handled, nothing written.
                     return Outcome::Applied;
                 }
@@ -990,9 +996,8 @@ pub async fn an_older_unit_changes_nothing<F: Fixture>(fixture: &F) {
     let guarded = |key: &str, value: i64, extra: &str| {
         format!(r#"{{"key":"{key}","value":{value},"guarded":true{extra}}}"#)
     };
-    let stamped = |id: &str, payload: String, stamp: u64| {
-        Unit::new(id, payload).with_stamp(Stamp(stamp))
-    };
+    let stamped =
+        |id: &str, payload: String, stamp: u64| Unit::new(id, payload).with_stamp(Stamp(stamp));
     // Directly: the producer's order is 10, 30, 20; the unit stamped 20 arrives last and changes
     // nothing.
     for (id, value, stamp) in [("st-a", 1, 10), ("st-b", 3, 30), ("st-c", 2, 20)] {
@@ -1022,11 +1027,18 @@ pub async fn an_older_unit_changes_nothing<F: Fixture>(fixture: &F) {
     fixture.publish(&name, poison).await;
 
     let store = Store::default();
-    consume_until(fixture, &name, &store, 2, "an_older_unit_changes_nothing", |s| {
-        s.runs_of("direct").len() >= 3
-            && s.runs_of("returned").len() >= 3
-            && s.runs_of("redriven").len() >= 2
-    })
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        2,
+        "an_older_unit_changes_nothing",
+        |s| {
+            s.runs_of("direct").len() >= 3
+                && s.runs_of("returned").len() >= 3
+                && s.runs_of("redriven").len() >= 2
+        },
+    )
     .await;
     let rows = store.rows();
     assert_eq!(
