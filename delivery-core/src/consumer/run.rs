@@ -549,8 +549,14 @@ where
             Poll::Ready(outcome) => outcome,
             // Still running: from now on the drain deadline may abandon it.
             Poll::Pending => {
-                let waited =
-                    waiting(Pin::new(&mut run), &mut handle, &unit, env, abandon.cancelled()).await;
+                let waited = waiting(
+                    Pin::new(&mut run),
+                    &mut handle,
+                    &unit,
+                    env,
+                    abandon.cancelled(),
+                )
+                .await;
                 match waited {
                     Some(outcome) => outcome,
                     None => return abandoned(handle, &unit, env.counters).await,
