@@ -119,6 +119,7 @@ async fn a_server_restart_mid_run_dead_letters_no_valid_unit() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let applied_while_down = applied().await;
     outage.end();
+    let answered = Instant::now();
     let applied_at_start = applied().await;
 
     let mut running = || {
@@ -134,6 +135,7 @@ async fn a_server_restart_mid_run_dead_letters_no_valid_unit() {
         },
     )
     .await;
+    let resumed_after = answered.elapsed();
     wait_for(
         "every order applied after the restart, nothing left unsettled or unswept",
         Duration::from_secs(180),
@@ -155,7 +157,8 @@ async fn a_server_restart_mid_run_dead_letters_no_valid_unit() {
     assert_eq!(env.balances().await, expected, "each order counted once");
     eprintln!(
         "server restart: stopped with {applied_at_stop} of {UNITS} applied, \
-         {applied_while_down} applied while down, {applied_at_start} when it answered again"
+         {applied_while_down} applied while down, {applied_at_start} when it answered again, \
+         applying again {resumed_after:?} after it answered"
     );
     env.cleanup().await;
 }
