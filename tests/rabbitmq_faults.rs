@@ -203,6 +203,131 @@ async fn a_broker_that_blocks_publishing_cannot_hold_shutdown_up() {
     blocked_publishing_at_shutdown().await;
 }
 
+/// What RabbitMQ does with a handler slower than its `consumer_timeout` (a broker setting, 30 min
+/// by default; a queue cannot raise it on 3.10): it closes the channel, so the first run's
+/// acknowledgement fails, and delivers the unit again, counted. The runtime cannot keep such a
+/// delivery alive; what holds is rule 3 (the second run changes nothing) and rule 2 (the return is
+/// counted, so a handler that is always too slow ends in the dead letter, never in a loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_consumer_timeout_is_run_again() {
+    let _one = ONE_FAULT_AT_A_TIME.lock().await;
+    slower_than_the_consumer_timeout().await;
+}
+
+async fn slower_than_the_consumer_timeout() {
+    use std::sync::{Arc, Mutex};
+
+    use delivery::rabbitmq::{RabbitSource, RabbitTopology};
+    use delivery::{Consumer, DeliveryCount, HandlerError, State, consumer};
+
+    #[consumer]
+    async fn slow_first(
+        State(runs): State<Arc<Mutex<Vec<u32>>>>,
+        count: DeliveryCount,
+    ) -> Result<(), HandlerError> {
+        runs.lock().unwrap().push(count.get());
+        if count.get() == 1 {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Sets a `rabbit` application setting for channels opened from now on; puts it back on drop.
+    struct Setting(&'static str, String);
+    impl Setting {
+        fn set(name: &'static str, value: &str) -> Setting {
+            let get = Command::new("rabbitmqctl")
+                .args(["eval", &format!("application:get_env(rabbit, {name}).")])
+                .output()
+                .expect("rabbitmqctl");
+            let before = String::from_utf8_lossy(&get.stdout).trim().to_owned();
+            let before = before
+                .strip_prefix("{ok,")
+                .and_then(|v| v.strip_suffix('}'))
+                .unwrap_or_else(|| panic!("{name} is {before}"))
+                .to_owned();
+            service(
+                &format!("setting {name}"),
+                "rabbitmqctl",
+                &[
+                    "eval",
+                    &format!("application:set_env(rabbit, {name}, {value})."),
+                ],
+            );
+            Setting(name, before)
+        }
+    }
+    impl Drop for Setting {
+        fn drop(&mut self) {
+            service(
+                &format!("restoring {}", self.0),
+                "rabbitmqctl",
+                &[
+                    "eval",
+                    &format!("application:set_env(rabbit, {}, {}).", self.0, self.1),
+                ],
+            );
+        }
+    }
+    let _timeout = Setting::set("consumer_timeout", "1500");
+    let _tick = Setting::set("channel_tick_interval", "500");
+
+    let url = process::amqp_url();
+    let topology = RabbitTopology::new(format!("faults-timeout-{}", std::process::id()));
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = delivery::rabbitmq::ConfirmedPublisher::new(url.as_str());
+    let unit = delivery::Unit::new("slow-1", "{}");
+    publisher
+        .publish(
+            &topology.queue,
+            b"{}",
+            delivery::rabbitmq::properties_of(&unit),
+        )
+        .await
+        .unwrap();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let run = tokio::spawn(
+        Consumer::new(source)
+            .state(runs.clone())
+            .concurrency(1)
+            .shutdown_on(async move {
+                let _ = stopped.await;
+            })
+            .run(slow_first),
+    );
+    wait_for(
+        "the unit run a second time and acknowledged",
+        Duration::from_secs(60),
+        async || {
+            runs.lock().unwrap().len() >= 2
+                && rabbitmq::queue_counts(&connection, &topology.queue).await == (0, 1)
+        },
+    )
+    .await;
+    let _ = stop.send(());
+    let report = run.await.unwrap();
+    assert_eq!(
+        *runs.lock().unwrap(),
+        [1, 2],
+        "run again past the timeout, its return counted"
+    );
+    assert_eq!(report.acked, 1, "{report:?}");
+    assert_eq!(report.dead_lettered, 0, "{report:?}");
+    assert!(
+        report.settle_failed >= 1,
+        "the first run's ack failed on the closed channel: {report:?}"
+    );
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+}
+
 /// The broker's memory alarm raised (publishing blocked; a dead-letter copy never confirmed)
 /// while a unit is being dead-lettered, then the shutdown signal: `run` returns within the drain
 /// deadline and the settle grace, not after the publisher's 30 s confirm timeout, and the unit,
