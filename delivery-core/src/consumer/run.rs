@@ -123,6 +123,7 @@ async fn one_at_a_time<Src, S, H>(
     report: &mut Report,
 ) where
     Src: Source,
+    S: Sync,
     H: Handler<S>,
 {
     let mut pace = Pace::new();
@@ -228,6 +229,7 @@ async fn several_at_once<Src, S, H>(
     report: &mut Report,
 ) where
     Src: Source,
+    S: Sync,
     H: Handler<S>,
 {
     let abandon = CancellationToken::new();
@@ -327,10 +329,11 @@ fn waiting<'a, F, L, S, H>(
     handle: &'a mut L,
     unit: &'a Unit,
     env: &Env<'_, S, H>,
-    abandon: impl Future<Output = ()> + 'a,
-) -> Pin<Box<impl Future<Output = Option<F::Output>> + 'a>>
+    abandon: impl Future<Output = ()> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = Option<F::Output>> + Send + 'a>>
 where
-    F: Future,
+    F: Future + Send,
+    F::Output: Send,
     L: Settle,
 {
     let mut keeping = Keeping::new(env.keep_alive);
@@ -521,6 +524,7 @@ fn process<'a, S, H, L>(
     abandon: &'a CancellationToken,
 ) -> impl Future<Output = Settled> + 'a
 where
+    S: Sync,
     H: Handler<S>,
     L: Settle,
 {
@@ -543,8 +547,14 @@ where
             Poll::Ready(outcome) => outcome,
             // Still running: from now on the drain deadline may abandon it.
             Poll::Pending => {
-                let waited =
-                    waiting(Pin::new(&mut run), &mut handle, &unit, env, abandon.cancelled()).await;
+                let waited = waiting(
+                    Pin::new(&mut run),
+                    &mut handle,
+                    &unit,
+                    env,
+                    abandon.cancelled(),
+                )
+                .await;
                 match waited {
                     Some(outcome) => outcome,
                     None => return abandoned(handle, &unit, env.counters).await,
