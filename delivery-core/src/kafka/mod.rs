@@ -54,7 +54,9 @@
 //!   are recorded in a compacted topic of their own
 //!   ([`KafkaTopology::removed_topic_name`]) and no longer listed or counted.
 //! - **Busy handlers keep the group**: librdkafka leaves the group when the consumer is not polled
-//!   for `max.poll.interval.ms` (set it in [`KafkaTopology::client`]; default 5 minutes), and the
+//!   for `max.poll.interval.ms` (set it in [`KafkaTopology::client`]; default 5 minutes; below
+//!   45 s set `session.timeout.ms` there too, no higher than it: the attempts reader is a consumer
+//!   too, and librdkafka refuses a poll interval below its session timeout), and the
 //!   unit a slow handler is still running would be handed to another member and run again. The
 //!   source polls while the runtime asks it for units; once it has not for a third of that
 //!   interval (every handler place busy), a task of its own takes the poll over: it pauses every
