@@ -118,6 +118,12 @@ fn member(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_slower_than_the_poll_interval_runs_once() {
+    // `RUST_LOG=delivery_core=info` shows the members' partitions paused and resumed.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .try_init();
     let topic = unique_name("kafka-slow-handler");
     declare(&topology(&topic)).await;
     let producer = producer();
