@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use delivery::Unit;
-use delivery::kafka::client::message::{Header, OwnedHeaders};
+
 use delivery::kafka::client::producer::FutureProducer;
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use delivery::testing::conformance::{self, Fixture};
@@ -69,13 +69,7 @@ impl Fixture for Kafka {
 
     async fn publish(&self, name: &str, unit: Unit) {
         let topology = self.topology(name);
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in unit.headers().iter() {
-            headers = headers.insert(Header {
-                key: k,
-                value: Some(v.as_ref()),
-            });
-        }
+        let headers = delivery::kafka::headers_of(&unit);
         send(
             &self.producer,
             record(

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_nats::HeaderMap;
 use async_nats::jetstream;
 use delivery::Unit;
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
@@ -92,11 +91,7 @@ impl Fixture for JetStream {
     /// once the window (100 ms here) has passed: a producer's retry after it.
     async fn publish(&self, name: &str, unit: Unit) {
         let topology = self.topology(name);
-        let mut headers = HeaderMap::new();
-        for (k, v) in unit.headers().iter() {
-            headers.insert(k, String::from_utf8_lossy(v).as_ref());
-        }
-        headers.insert("Nats-Msg-Id", unit.id().as_str());
+        let headers = delivery::nats::headers_of(&unit);
         for _ in 0..50 {
             let ack = self
                 .context

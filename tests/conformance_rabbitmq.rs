@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use delivery::Unit;
 use delivery::lapin::BasicProperties;
 use delivery::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
-use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
+use delivery::lapin::types::FieldTable;
 use delivery::rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
@@ -108,6 +108,11 @@ impl Fixture for Rabbit {
         !self.classic
     }
 
+    /// RabbitMQ keeps no order: only the producer's stamp orders units.
+    fn stamps_units(&self) -> bool {
+        false
+    }
+
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries_of(max_deliveries);
         self.delete(&topology).await;
@@ -118,17 +123,7 @@ impl Fixture for Rabbit {
     }
 
     async fn publish(&self, name: &str, unit: Unit) {
-        let mut headers = FieldTable::default();
-        for (k, v) in unit.headers().iter() {
-            headers.insert(
-                k.into(),
-                AMQPValue::LongString(LongString::from(v.to_vec())),
-            );
-        }
-        let properties = BasicProperties::default()
-            .with_message_id(unit.id().as_str().into())
-            .with_delivery_mode(2)
-            .with_headers(headers);
+        let properties = delivery::rabbitmq::properties_of(&unit);
         self.publisher
             .publish(&self.topology(name).queue, unit.payload(), properties)
             .await

@@ -5,17 +5,16 @@
 
 #[path = "support/dead_letters.rs"]
 mod dead_letters;
-#[path = "support/redis_orders.rs"]
-mod orders;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/redis_orders.rs"]
+mod redis_orders;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use delivery::dead_letter::DeadLetters;
-use orders::{Env, redis_url};
-use process::{order, terminate, wait_for};
+use process::{orders, terminate, wait_for};
+use redis_orders::{Env, redis_url};
 
 /// A Redis restart or failover as the consumer sees it: every client connection dropped at once,
 /// mid-run. The example's effect connection, the source's reading and settling all reconnect by
@@ -24,16 +23,9 @@ use process::{order, terminate, wait_for};
 async fn dropped_connections_dead_letter_no_valid_unit() {
     const UNITS: usize = 3000;
     let env = Env::new("dropped", 5).await;
-    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
-    for i in 0..UNITS {
-        let customer = format!("c-{}", i % 23);
-        let amount = (i % 50 + 1) as i64;
-        *expected.entry(customer.clone()).or_default() += amount;
-        env.publish(
-            &format!("m-{i}"),
-            &order(&format!("o-{i}"), &customer, amount),
-        )
-        .await;
+    let (messages, expected) = orders(UNITS, 23, 50);
+    for (id, body) in &messages {
+        env.publish(id, body).await;
     }
     let mut child = env.start(8, "dropped", 5);
     wait_for(

@@ -70,6 +70,8 @@ struct App {
     seen: Arc<Mutex<Vec<Seen>>>,
     /// The unit headers the handlers saw.
     headers_seen: Arc<Mutex<Vec<Headers>>>,
+    /// The stamps the Stripe handler saw.
+    stamps_seen: Arc<Mutex<Vec<Option<delivery::Stamp>>>>,
 }
 
 impl App {
@@ -81,6 +83,7 @@ impl App {
             flaky_failed: Arc::default(),
             seen: Arc::default(),
             headers_seen: Arc::default(),
+            stamps_seen: Arc::default(),
         }
     }
 
@@ -145,8 +148,10 @@ async fn standard_hook(
 async fn stripe_hook(
     State(app): State<App>,
     id: UnitId,
+    stamp: Option<delivery::Stamp>,
     Json(event): Json<Event>,
 ) -> Result<(), HandlerError> {
+    app.stamps_seen.lock().unwrap().push(stamp);
     apply(&app, &id, event).await
 }
 
@@ -373,6 +378,38 @@ async fn a_verified_delivery_is_applied_once_and_answered_200() {
             "{endpoint:?}: the unit id is the delivery's id"
         );
     }
+}
+
+/// Rule 4: a Stripe event's stamp is its signed `created`, the same on every attempt (its
+/// signature's `t` is the attempt's).
+#[tokio::test]
+async fn a_stripe_event_is_stamped_with_its_created_time() {
+    let app = App::new();
+    let router = router(&app);
+    let body =
+        serde_json::json!({"id": "evt_s", "created": 1_700_000_000u64, "type": "paid", "data": {}});
+    let delivery = Delivery::raw("evt_s", serde_json::to_vec(&body).unwrap());
+    assert_eq!(
+        deliver(&router, Endpoint::StripePost, &delivery).await,
+        StatusCode::OK
+    );
+    // A later attempt of the same event, signed later, carries the same stamp.
+    let retry = Delivery::raw("evt_s", serde_json::to_vec(&body).unwrap()).at(now() + 60);
+    assert_eq!(
+        deliver(&router, Endpoint::StripePost, &retry).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        *app.stamps_seen.lock().unwrap(),
+        [Some(delivery::Stamp(1_700_000_000)); 2]
+    );
+    // Without `created`, no stamp: a handler taking `Stamp` would refuse it as malformed.
+    let bare = Delivery::event("evt_bare", "paid");
+    assert_eq!(
+        deliver(&router, Endpoint::StripePost, &bare).await,
+        StatusCode::OK
+    );
+    assert_eq!(app.stamps_seen.lock().unwrap().last(), Some(&None));
 }
 
 #[tokio::test]

@@ -158,8 +158,14 @@ impl<S> FromUnit<S> for Option<Stamp> {
 impl<S> FromUnit<S> for Stamp {
     #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
-        unit.stamp()
-            .ok_or_else(|| Malformed::new("the unit carries no ordering stamp"))
+        unit.stamp().ok_or_else(|| {
+            Malformed::new(format!(
+                "the unit carries no ordering stamp (rule 4): its transport gives it none, and it \
+                 has no `{}` header holding a decimal stamp; have its producer set one (the \
+                 outbox relay does), or take `Option<Stamp>`",
+                crate::headers::STAMP
+            ))
+        })
     }
 }
 

@@ -28,6 +28,28 @@ pub const ORIGIN_PARTITION: &str = "x-delivery-origin-partition";
 /// Where a returned unit was first read: its offset.
 pub const ORIGIN_OFFSET: &str = "x-delivery-origin-offset";
 
+/// The unit's ordering [`Stamp`](crate::Stamp) (rule 4), in decimal: set by its producer (the
+/// outbox relay writes its record's sequence), or written on a copy of a unit to keep the stamp
+/// of its first delivery (a dead letter, a retry topic, a redrive). A source that finds it takes
+/// it as the unit's stamp, over the mechanism's own position.
+pub const STAMP: &str = "x-delivery-stamp";
+
+/// The stamp a [`STAMP`] header's value carries: `None` unless it is decimal digits that fit a
+/// `u64`.
+///
+/// ```
+/// use delivery::{Stamp, headers};
+/// assert_eq!(headers::parse_stamp(b"42"), Some(Stamp(42)));
+/// assert_eq!(headers::parse_stamp(b"-1"), None);
+/// ```
+pub fn parse_stamp(value: &[u8]) -> Option<crate::Stamp> {
+    std::str::from_utf8(value)
+        .ok()
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse().ok())
+        .map(crate::Stamp)
+}
+
 /// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
 pub const DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
 /// The detail of the reason: the decode error, the handler's error.

@@ -49,6 +49,7 @@ pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod runtime;
+pub mod store;
 pub mod testing;
 pub mod transport;
 pub mod unit;

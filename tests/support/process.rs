@@ -2,6 +2,7 @@
 //! this test binary was built with (so nothing is rebuilt), stopped with SIGTERM or killed.
 #![allow(dead_code)] // each test binary uses part of it
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -92,4 +93,26 @@ pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
 /// An order unit of the examples' contract.
 pub fn order(id: &str, customer: &str, amount: i64) -> String {
     format!(r#"{{"order_id":"{id}","customer_id":"{customer}","amount_cents":{amount}}}"#)
+}
+
+/// `units` valid orders over `customers` customers, amounts 1 to `max_amount` cents: each as its
+/// message id (`m-<i>`) and body (order `o-<i>`), with the balance per customer they add up to.
+pub fn orders(
+    units: usize,
+    customers: usize,
+    max_amount: usize,
+) -> (Vec<(String, String)>, BTreeMap<String, i64>) {
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let messages = (0..units)
+        .map(|i| {
+            let customer = format!("c-{}", i % customers);
+            let amount = (i % max_amount + 1) as i64;
+            *expected.entry(customer.clone()).or_default() += amount;
+            (
+                format!("m-{i}"),
+                order(&format!("o-{i}"), &customer, amount),
+            )
+        })
+        .collect();
+    (messages, expected)
 }

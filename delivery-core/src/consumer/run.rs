@@ -182,10 +182,11 @@ async fn one_at_a_time<Src, S, H>(
             Poll::Pending => {
                 // Waiting: the shutdown signal starts the drain deadline, past which the unit is
                 // returned unfinished.
+                let drain_deadline = env.drain_deadline;
                 let drain = async {
                     (&mut *shutdown).await;
                     stopping = true;
-                    tokio::time::sleep(env.drain_deadline).await;
+                    tokio::time::sleep(drain_deadline).await;
                 };
                 let waited = waiting(Pin::new(&mut run), &mut handle, &unit, env, drain).await;
                 match waited {
@@ -322,7 +323,8 @@ async fn several_at_once<Src, S, H>(
 /// ([`Source::keep_alive`]) until it completes, or until `abandon` does: `None` then.
 ///
 /// Boxed and out of line, so that both loops' state stays as small as the common case needs (a
-/// handler that completes on its first poll, which never comes here).
+/// handler that completes on its first poll, which never comes here). A `dyn` future: an opaque
+/// one here defeats the compiler's proof that the consumer's future is `Send` for every lifetime.
 #[inline(never)]
 fn waiting<'a, F, L, S, H>(
     mut run: Pin<&'a mut F>,

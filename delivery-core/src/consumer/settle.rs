@@ -91,6 +91,19 @@ macro_rules! apply {
                 $holds.hold(handle, unit, outcome, *after, $counters);
                 $crate::consumer::settle::Settled::Held
             }
+            $crate::disposition::Disposition::DeadLetter(_)
+                if !$crate::consumer::settle::delays_redelivery(&handle) =>
+            {
+                $crate::consumer::settle::dead_letter_or_hold(
+                    handle,
+                    unit,
+                    outcome,
+                    disposition,
+                    $counters,
+                    $holds,
+                )
+                .await
+            }
             _ => $crate::consumer::settle::record(
                 $crate::consumer::settle::carry_out(handle, unit, disposition).await,
                 unit,
@@ -129,34 +142,92 @@ pub(crate) async fn carry_out<H: Settle>(
             handle.give_back(unit, Duration::ZERO).await
         }
         Disposition::DeadLetter(reason) => match handle.copy_to_dead_letter(unit, reason).await {
-            Ok(()) => handle.finish_dead_lettered(unit).await.map_err(|error| {
-                TransportError::msg(
-                    "settling a dead-lettered unit",
-                    format!(
-                        "{error}; its copy is in the dead letter, and the original will be \
-                         delivered again (and dead-lettered again)"
-                    ),
-                )
-            }),
+            Ok(()) => finish_dead_lettered(handle, unit).await,
             Err(error) => {
+                // Only `testing::settle` comes here for a mechanism that cannot delay a
+                // redelivery: the runtime holds such a unit itself (`dead_letter_or_hold`).
                 if !H::DELAYS_REDELIVERY {
-                    // Not at once, where the mechanism would deliver it again at once: a dead
-                    // letter that keeps failing must not become a hot loop.
                     tokio::time::sleep(AFTER_A_FAILED_DEAD_LETTER).await;
                 }
                 let returned = handle.give_back(unit, AFTER_A_FAILED_DEAD_LETTER).await;
-                Err(TransportError::msg(
-                    "moving the unit to the dead letter",
-                    match returned {
-                        Ok(()) => format!("{error}; the unit was returned instead"),
-                        Err(e) => format!(
-                            "{error}; returning it failed too ({e}); the mechanism will deliver it again"
-                        ),
-                    },
-                ))
+                Err(copy_failed(error, returned))
             }
         },
     }
+}
+
+/// Dead-letters a unit of a mechanism that cannot delay a redelivery
+/// ([`Settle::DELAYS_REDELIVERY`] is `false`): when the copy fails, the unit is held by `holds`
+/// for [`AFTER_A_FAILED_DEAD_LETTER`] before it is given back, so that a dead letter that keeps
+/// failing does not become a hot loop, and the wait takes no place of the consumer's concurrency.
+#[cold]
+#[inline(never)]
+pub(crate) async fn dead_letter_or_hold<H: Settle>(
+    mut handle: H,
+    unit: &Unit,
+    outcome: &Outcome,
+    disposition: &Disposition,
+    counters: &Counters,
+    holds: &Holds,
+) -> Settled {
+    let Disposition::DeadLetter(reason) = disposition else {
+        unreachable!("only a dead letter comes here")
+    };
+    match handle.copy_to_dead_letter(unit, reason).await {
+        Ok(()) => record(
+            finish_dead_lettered(handle, unit).await,
+            unit,
+            outcome,
+            disposition,
+            counters,
+        ),
+        Err(error) => {
+            let (outcome, disposition, counters) =
+                (outcome.clone(), disposition.clone(), counters.clone());
+            holds.hold_then(
+                handle,
+                unit,
+                AFTER_A_FAILED_DEAD_LETTER,
+                move |returned, unit| {
+                    record(
+                        Err(copy_failed(error, returned)),
+                        unit,
+                        &outcome,
+                        &disposition,
+                        &counters,
+                    )
+                },
+            );
+            Settled::Held
+        }
+    }
+}
+
+/// The second step of a dead letter, once the copy is confirmed: the original finished.
+async fn finish_dead_lettered<H: Settle>(handle: H, unit: &Unit) -> Result<(), TransportError> {
+    handle.finish_dead_lettered(unit).await.map_err(|error| {
+        TransportError::msg(
+            "settling a dead-lettered unit",
+            format!(
+                "{error}; its copy is in the dead letter, and the original will be delivered \
+                 again (and dead-lettered again)"
+            ),
+        )
+    })
+}
+
+/// The error of a dead letter whose copy failed, after the unit was `returned` instead.
+#[cold]
+fn copy_failed(error: TransportError, returned: Result<(), TransportError>) -> TransportError {
+    TransportError::msg(
+        "moving the unit to the dead letter",
+        match returned {
+            Ok(()) => format!("{error}; the unit was returned instead"),
+            Err(e) => format!(
+                "{error}; returning it failed too ({e}); the mechanism will deliver it again"
+            ),
+        },
+    )
 }
 
 /// The disposition of a unit that arrived past the bound (its consumers crashed or stopped on
@@ -211,7 +282,8 @@ impl Held {
 }
 
 impl Holds {
-    /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait.
+    /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait, recorded
+    /// as the return it is.
     #[cold]
     pub(crate) fn hold<H: Settle>(
         &self,
@@ -221,7 +293,28 @@ impl Holds {
         after: Duration,
         counters: &Counters,
     ) {
-        let (unit, outcome, counters) = (unit.clone(), outcome.clone(), counters.clone());
+        let (outcome, counters) = (outcome.clone(), counters.clone());
+        self.hold_then(handle, unit, after, move |result, unit| {
+            record(
+                result,
+                unit,
+                &outcome,
+                &Disposition::Return { after },
+                &counters,
+            )
+        });
+    }
+
+    /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait and
+    /// records the result with `then`.
+    fn hold_then<H: Settle>(
+        &self,
+        handle: H,
+        unit: &Unit,
+        after: Duration,
+        then: impl FnOnce(Result<(), TransportError>, &Unit) -> Settled + Send + 'static,
+    ) {
+        let unit = unit.clone();
         let cut = self.cut.clone();
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(joined) = held.tasks.try_join_next() {
@@ -232,14 +325,7 @@ impl Holds {
                 () = tokio::time::sleep(after) => {}
                 () = cut.cancelled() => {}
             }
-            let result = handle.give_back(&unit, Duration::ZERO).await;
-            record(
-                result,
-                &unit,
-                &outcome,
-                &Disposition::Return { after },
-                &counters,
-            )
+            then(handle.give_back(&unit, Duration::ZERO).await, &unit)
         });
     }
 

@@ -1,7 +1,7 @@
 //! The wire format of a Kafka record: the unit's id, headers, carried count, due time and
 //! origin, read from its headers.
 
-use crate::unit::{Headers, UnitId};
+use crate::unit::{Headers, Stamp, UnitId};
 use bytes::Bytes;
 use rdkafka::Message;
 use rdkafka::message::{BorrowedMessage, Headers as _};
@@ -22,6 +22,9 @@ pub(super) struct Read {
     pub(super) count: Option<u32>,
     pub(super) due_ms: Option<u64>,
     pub(super) origin: Option<Origin>,
+    /// The [`crate::headers::STAMP`] header's stamp, when the message has the header (`None`
+    /// inside for a value that is not one).
+    pub(super) stamp: Option<Option<Stamp>>,
 }
 
 impl Read {
@@ -33,6 +36,7 @@ impl Read {
             count: None,
             due_ms: None,
             origin: None,
+            stamp: None,
         };
         let Some(headers) = message.headers() else {
             return read;
@@ -49,6 +53,7 @@ impl Read {
                 crate::headers::DELIVERY_COUNT => {
                     read.count = text.and_then(|t| t.parse().ok()).filter(|&n| n > 0);
                 }
+                crate::headers::STAMP => read.stamp = Some(crate::headers::parse_stamp(value)),
                 crate::headers::DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
                 crate::headers::ORIGIN_TOPIC => topic = text.map(str::to_owned),
                 crate::headers::ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
@@ -69,4 +74,39 @@ impl Read {
         }
         read
     }
+}
+
+/// The headers a producer publishes `unit` with, for the Kafka source to read it back as it is:
+/// its headers, its id as [`crate::headers::MESSAGE_ID`], and its [`Stamp`], if it has one, as
+/// [`crate::headers::STAMP`] (without one, its offset is its stamp).
+///
+/// ```
+/// use delivery::kafka::client::message::Headers as _;
+/// use delivery::{Stamp, Unit};
+///
+/// let unit = Unit::new("order-1", "{}").with_stamp(Stamp(7));
+/// let headers = delivery::kafka::headers_of(&unit);
+/// let stamp = headers.iter().find(|h| h.key == "x-delivery-stamp").unwrap();
+/// assert_eq!(stamp.value, Some(&b"7"[..]));
+/// ```
+pub fn headers_of(unit: &crate::Unit) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let mut headers = OwnedHeaders::new_with_capacity(unit.headers().len() + 2);
+    for (name, value) in unit.headers().iter() {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_ref()),
+        });
+    }
+    headers = headers.insert(Header {
+        key: crate::headers::MESSAGE_ID,
+        value: Some(unit.id().as_str()),
+    });
+    if let Some(stamp) = unit.stamp() {
+        headers = headers.insert(Header {
+            key: crate::headers::STAMP,
+            value: Some(stamp.0.to_string().as_str()),
+        });
+    }
+    headers
 }

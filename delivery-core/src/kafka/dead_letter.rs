@@ -110,6 +110,7 @@ impl KafkaDeadLetters {
         let mut carried_count = None;
         let mut source = None;
         let mut origin_offset = None;
+        let mut kept = None;
         let mut reason = None;
         let mut detail = String::new();
         let mut own = Vec::new();
@@ -127,6 +128,7 @@ impl KafkaDeadLetters {
                 crate::headers::DEAD_LETTER_SOURCE_OFFSET => {
                     origin_offset = text.and_then(|t| t.parse::<u64>().ok());
                 }
+                crate::headers::STAMP => kept = crate::headers::parse_stamp(value),
                 crate::headers::DEAD_LETTER_DELIVERY_COUNT => {
                     count = text.and_then(|t| t.parse::<u32>().ok());
                 }
@@ -140,8 +142,8 @@ impl KafkaDeadLetters {
         )
         .with_headers(Headers::from_pairs(own))
         .with_delivery_count(DeliveryCount::new(count.or(carried_count).unwrap_or(1)));
-        if let Some(offset) = origin_offset {
-            unit = unit.with_stamp(Stamp(offset));
+        if let Some(stamp) = kept.or(origin_offset.map(Stamp)) {
+            unit = unit.with_stamp(stamp);
         }
         let source = source.unwrap_or_else(|| self.topic.clone());
         let mut record = DeadLetter::new(unit, source, stored.position.to_string());
@@ -221,7 +223,8 @@ impl KafkaDeadLetters {
     }
 
     /// Publishes the unit of `stored` (`record`) back to its source topic — key, payload, every
-    /// value of its own headers in order, its id as `message-id` — acknowledged by the broker.
+    /// value of its own headers in order, its id as `message-id`, its stamp — acknowledged by the
+    /// broker.
     async fn publish_back(
         &self,
         producer: &FutureProducer,
@@ -239,6 +242,14 @@ impl KafkaDeadLetters {
             key: crate::headers::MESSAGE_ID,
             value: Some(record.id().as_str()),
         });
+        // Its stamp from its first read: a redrive is not a newer unit (rule 4).
+        let stamp = record.unit.stamp().map(|stamp| stamp.0.to_string());
+        if let Some(stamp) = &stamp {
+            out = out.insert(Header {
+                key: crate::headers::STAMP,
+                value: Some(stamp.as_str()),
+            });
+        }
         let mut message = FutureRecord::<[u8], [u8]>::to(&record.source)
             .payload(record.unit.payload().as_ref())
             .headers(out);

@@ -143,6 +143,7 @@ pub(crate) mod sink;
 mod source;
 mod topology;
 
+pub use codec::headers_of;
 pub use dead_letter::KafkaDeadLetters;
 pub use settle::KafkaHandle;
 pub use sink::KafkaSink;

@@ -61,6 +61,10 @@ impl KafkaHandle {
                 value: Some(value.as_ref()),
             });
         }
+        // Its stamp, kept through the retry topic and the dead letter (rule 4).
+        if let Some(stamp) = unit.stamp() {
+            headers = headers.insert(text(crate::headers::STAMP, &stamp.0.to_string()));
+        }
         headers
             .insert(text(crate::headers::MESSAGE_ID, unit.id().as_str()))
             .insert(text(crate::headers::ORIGIN_TOPIC, &self.origin.topic))

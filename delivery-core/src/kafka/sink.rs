@@ -321,10 +321,18 @@ impl Undelivered {
 /// Enqueues `record` (waiting while librdkafka's queue is full) and awaits its delivery report:
 /// the partition and offset, or why it was not delivered.
 async fn produce(producer: &FutureProducer, record: &Record) -> Result<(i32, i64), Undelivered> {
-    let headers = OwnedHeaders::new().insert(Header {
+    let mut headers = OwnedHeaders::new().insert(Header {
         key: MESSAGE_ID,
         value: Some(record.id().as_str()),
     });
+    // The record's order, which a retry or a redrive of the unit keeps (rule 4).
+    let stamp = record.stamp().map(|stamp| stamp.0.to_string());
+    if let Some(stamp) = &stamp {
+        headers = headers.insert(Header {
+            key: crate::headers::STAMP,
+            value: Some(stamp.as_str()),
+        });
+    }
     let mut message = FutureRecord::to(record.topic())
         .payload(&record.payload()[..])
         .headers(headers);

@@ -386,8 +386,12 @@ pub(super) fn admit(shared: &Arc<Shared>, message: &BorrowedMessage<'_>) -> Admi
     let mut unit = Unit::new(id, read.payload)
         .with_delivery_count(count)
         .with_headers(read.headers);
-    if log == Log::Source {
-        unit = unit.with_stamp(Stamp(offset));
+    // The stamp its producer set or a retry kept, else its offset in the source topic.
+    let stamp = read
+        .stamp
+        .unwrap_or_else(|| u64::try_from(origin.offset).ok().map(Stamp));
+    if let Some(stamp) = stamp {
+        unit = unit.with_stamp(stamp);
     }
     let at = shared
         .book

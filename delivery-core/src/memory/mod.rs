@@ -118,6 +118,8 @@ pub(crate) struct State {
     /// The offset-log mode's logs; each also has a queue under its name (see [`log`]).
     logs: HashMap<Arc<str>, log::Log>,
     next_consumer: u64,
+    /// The stamp of the last unit published to a queue (rule 4): the broker's publish sequence.
+    last_stamp: u64,
 }
 
 impl Shared {
@@ -142,10 +144,23 @@ impl State {
 
     /// Puts `unit` into `name` afresh: appended to the log of that name if there is one (a
     /// redrive, a `publish`), otherwise queued.
+    ///
+    /// A unit without a [`Stamp`](crate::Stamp) gets the broker's next publish sequence (a log's
+    /// unit, its offset); one that has one (set by its producer, or kept from its first
+    /// publish through a dead letter and a redrive) keeps it.
     pub(crate) fn put(&mut self, name: &str, unit: Unit) {
         match self.logs.get_mut(name) {
             Some(log) => log.put(unit),
-            None => self.queue(name).push_ready(queue::Entry::fresh(unit)),
+            None => {
+                let unit = match unit.stamp() {
+                    Some(_) => unit,
+                    None => {
+                        self.last_stamp += 1;
+                        unit.with_stamp(crate::Stamp(self.last_stamp))
+                    }
+                };
+                self.queue(name).push_ready(queue::Entry::fresh(unit))
+            }
         }
     }
 

@@ -4,7 +4,7 @@ use async_nats::HeaderMap;
 use async_nats::header::{HeaderValue, NATS_MESSAGE_ID};
 use bytes::Bytes;
 
-use crate::unit::{Headers, UnitId};
+use crate::unit::{Headers, Stamp, UnitId};
 
 /// The unit's id: its producer's `Nats-Msg-Id`, else `<stream>:<sequence>`.
 pub(crate) fn unit_id(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> UnitId {
@@ -35,6 +35,40 @@ pub(crate) fn sequence_id(stream: &str, sequence: u64) -> UnitId {
     id.push(':');
     id.push_str(digits);
     UnitId::new(id)
+}
+
+/// The headers a producer publishes `unit` with, for the NATS source to read it back as it is:
+/// its headers, its id as `Nats-Msg-Id` (JetStream's deduplication), and its
+/// [`Stamp`](crate::Stamp), if it has one, as [`crate::headers::STAMP`] (without one, the
+/// stream sequence is its stamp).
+///
+/// ```
+/// use delivery::{Stamp, Unit};
+///
+/// let unit = Unit::new("order-1", "{}").with_stamp(Stamp(7));
+/// let headers = delivery::nats::headers_of(&unit);
+/// assert_eq!(headers.get("Nats-Msg-Id").map(|v| v.as_str()), Some("order-1"));
+/// assert_eq!(headers.get("x-delivery-stamp").map(|v| v.as_str()), Some("7"));
+/// ```
+pub fn headers_of(unit: &crate::Unit) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in unit.headers().iter() {
+        headers.insert(name, text(&String::from_utf8_lossy(value)));
+    }
+    headers.insert(NATS_MESSAGE_ID, unit.id().as_str());
+    if let Some(stamp) = unit.stamp() {
+        headers.insert(crate::headers::STAMP, stamp.0.to_string());
+    }
+    headers
+}
+
+/// The unit's stamp (rule 4): the [`crate::headers::STAMP`] its producer set or its dead letter
+/// kept, else `sequence`, its place in the stream.
+pub(crate) fn stamp(headers: Option<&HeaderMap>, sequence: u64) -> Option<Stamp> {
+    match last(headers, crate::headers::STAMP) {
+        Some(value) => crate::headers::parse_stamp(value.as_bytes()),
+        None => Some(Stamp(sequence)),
+    }
 }
 
 /// The unit's headers: every header, by its last value.
@@ -78,6 +112,10 @@ pub(crate) fn dead_letter_headers(
     origin: &DeadLetterOrigin<'_>,
 ) -> HeaderMap {
     let mut headers = unit.cloned().unwrap_or_default();
+    // The unit's place in its stream is its stamp: kept, for a redrive to carry (rule 4).
+    if last(unit, crate::headers::STAMP).is_none() {
+        headers.insert(crate::headers::STAMP, origin.sequence.to_string());
+    }
     headers.insert(crate::headers::DEAD_LETTER_REASON, origin.reason);
     headers.insert(crate::headers::DEAD_LETTER_DETAIL, text(origin.detail));
     headers.insert(crate::headers::DEAD_LETTER_SOURCE, text(origin.stream));

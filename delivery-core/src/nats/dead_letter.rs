@@ -16,7 +16,7 @@ use super::topology::{NatsTopology, SWEEPER};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
-use crate::unit::{DeliveryCount, Stamp, Unit, UnitId};
+use crate::unit::{DeliveryCount, Unit, UnitId};
 
 /// What a sweep did ([`NatsDeadLetters::sweep`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -165,8 +165,8 @@ impl NatsDeadLetters {
         let mut unit = Unit::new(id, stored.payload.clone())
             .with_headers(codec::unit_headers(Some(&own)))
             .with_delivery_count(DeliveryCount::new(count));
-        if let Some(sequence) = source_sequence {
-            unit = unit.with_stamp(Stamp(sequence));
+        if let Some(stamp) = source_sequence.and_then(|sequence| codec::stamp(h, sequence)) {
+            unit = unit.with_stamp(stamp);
         }
         let mut record = DeadLetter::new(unit, source, stored.sequence.to_string());
         record.reason = last(h, crate::headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);

@@ -2,8 +2,8 @@
 //! pull consumer, the topology helper that declares it, and the operator's view of its dead
 //! letter.
 //!
-//! - **Acknowledgement** is explicit: units are pulled `batch` at a time and buffered in the
-//!   source; a unit is acked (`+ACK`) only once its handler resolved `Ok`. A failed unit is
+//! - **Acknowledgement** is explicit: units are pulled at most `batch` at a time and buffered in
+//!   the source; a unit is acked (`+ACK`) only once its handler resolved `Ok`. A failed unit is
 //!   returned with `-NAK` carrying the runtime's backoff as its delay.
 //! - **The bound is JetStream's**: the delivery count is the message's own `delivered` metadata
 //!   (1 on the first delivery), and the consumer's `max_deliver`, declared by [`NatsTopology`], is
@@ -15,9 +15,14 @@
 //!   `-subject`, `-sequence` (stream sequence) and `-delivery-count` headers; only once JetStream
 //!   acknowledged the publish is the unit terminated (`+TERM`). If the publish is not confirmed
 //!   the unit is returned (`-NAK`) instead: never terminated unless it is in the dead letter.
-//! - **In progress**: while a handler runs, one ticker per source sends `+WPI` for every unit held
-//!   every third of `ack_wait`, so a long handler is not redelivered under it, up to
-//!   `in_progress_limit` per delivery (past it JetStream may deliver the unit again).
+//! - **In progress**: JetStream starts a unit's `ack_wait` when it sends it, so a unit is kept in
+//!   progress (`+WPI`) from then on. While it waits in the source's buffer behind slow handlers,
+//!   the pull sends `+WPI` for it every sixth of `ack_wait`, and a buffered unit it could not keep
+//!   within half of `ack_wait` is let go (JetStream delivers it again) rather than handed to a
+//!   handler while JetStream may be delivering it elsewhere (see `pull.rs`). While its handler
+//!   runs, the runtime sends `+WPI` every third of `ack_wait`. Each wait is kept up to
+//!   `in_progress_limit` (past it JetStream may deliver the unit again), so a slow handler runs
+//!   once.
 //! - **Identity**: a unit's [`UnitId`](crate::UnitId) is its producer's `Nats-Msg-Id` (the id
 //!   JetStream deduplicates on), else `<stream>:<stream sequence>`; its
 //!   [`Stamp`](crate::Stamp) is the stream sequence.
@@ -62,10 +67,12 @@
 
 mod codec;
 mod dead_letter;
+mod pull;
 mod settle;
 mod source;
 mod topology;
 
+pub use codec::headers_of;
 pub use dead_letter::{NatsDeadLetters, SweepReport};
 pub use settle::NatsHandle;
 pub use source::NatsSource;

@@ -1,29 +1,31 @@
-//! A pull consumer of one stream, and the sweep of units stranded on their last delivery. (Long
-//! handlers are kept in progress by the runtime, through [`Source::keep_alive`].)
+//! A pull consumer of one stream, and the sweep of units stranded on their last delivery. (Units
+//! waiting in the pull's buffer are kept in progress by the pull, see [`super::pull`]; long
+//! handlers by the runtime, through [`Source::keep_alive`].)
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, AckKind};
 use async_nats::{Client, Subject};
-use futures_util::StreamExt;
 
 use super::codec;
 use super::dead_letter::NatsDeadLetters;
+use super::pull::{self, Pull};
 use super::settle::NatsHandle;
 use super::topology::NatsTopology;
 use crate::transport::{KeepAlive, Source, TransportError};
-use crate::unit::{DeliveryCount, Stamp, Unit};
+use crate::unit::{DeliveryCount, Unit};
 
 /// A consumer of one JetStream stream through its durable pull consumer (see the
 /// [module docs](super)).
 ///
-/// Units are pulled `batch` at a time and kept buffered in the source until the runtime takes them,
-/// so [`receive`](Source::receive) is cancel safe. A pull that fails is reported once and started
-/// again on the next `receive`; the client reconnects by itself and JetStream delivers again
+/// Units are pulled at most `batch` at a time and kept buffered in the source, in progress
+/// (`+WPI`), until the runtime takes them, so [`receive`](Source::receive) is cancel safe and a
+/// unit waiting behind slow handlers is not delivered again meanwhile (see [`super::pull`]). A
+/// pull that fails is reported once and tried again after a backoff; the client reconnects by
+/// itself, a pull request sent before a reconnect is sent again, and JetStream delivers again
 /// whatever was not acknowledged.
 pub struct NatsSource {
     topology: NatsTopology,
@@ -31,7 +33,8 @@ pub struct NatsSource {
     bound: NonZeroU32,
     ack_wait: Duration,
     consumer: PullConsumer,
-    messages: Option<pull::Stream>,
+    /// Started by the first `receive`.
+    pull: Option<Pull>,
     shared: Arc<Shared>,
 }
 
@@ -154,7 +157,7 @@ impl NatsSource {
             bound,
             ack_wait,
             consumer,
-            messages: None,
+            pull: None,
             shared,
         })
     }
@@ -178,10 +181,12 @@ impl NatsSource {
         let headers = message.headers;
         let id = codec::unit_id(headers.as_ref(), &self.shared.stream, sequence);
         let count = u32::try_from(delivered.max(1)).unwrap_or(u32::MAX);
-        let unit = Unit::new(id, message.payload)
+        let mut unit = Unit::new(id, message.payload)
             .with_delivery_count(DeliveryCount::new(count))
-            .with_stamp(Stamp(sequence))
             .with_headers(codec::unit_headers(headers.as_ref()));
+        if let Some(stamp) = codec::stamp(headers.as_ref(), sequence) {
+            unit = unit.with_stamp(stamp);
+        }
         let handle = NatsHandle {
             reply: Some(reply),
             subject: message.subject,
@@ -196,38 +201,25 @@ impl NatsSource {
 impl Source for NatsSource {
     type Handle = NatsHandle;
 
-    /// Cancel safe: a message is taken from the pull stream's buffer only when it is returned,
-    /// and a cancelled start of the pull stream is simply started again.
+    /// Cancel safe: a message leaves the pull's buffer only when it is returned.
     async fn receive(&mut self) -> Result<Option<(Unit, NatsHandle)>, TransportError> {
+        if self.pull.is_none() {
+            self.pull = Some(Pull::start(
+                self.consumer.clone(),
+                self.shared.clone(),
+                pull::Settings {
+                    stream: self.topology.stream.clone(),
+                    batch: self.topology.batch.max(1),
+                    ack_wait: self.ack_wait,
+                    in_progress_limit: self.topology.in_progress_limit,
+                },
+            ));
+        }
+        let pull = self.pull.as_ref().expect("started above");
         loop {
-            if self.messages.is_none() {
-                let messages = self
-                    .consumer
-                    .stream()
-                    .max_messages_per_batch(self.topology.batch.max(1))
-                    .messages()
-                    .await
-                    .map_err(|e| TransportError::new("starting the pull consumer", e))?;
-                self.messages = Some(messages);
-            }
-            let messages = self.messages.as_mut().expect("started above");
-            match messages.next().await {
-                Some(Ok(message)) => {
-                    if let Some(received) = self.unit_of(message) {
-                        return Ok(Some(received));
-                    }
-                }
-                Some(Err(error)) => {
-                    self.messages = None;
-                    return Err(TransportError::new("pulling (restarting the pull)", error));
-                }
-                None => {
-                    self.messages = None;
-                    return Err(TransportError::msg(
-                        "pulling",
-                        "the pull stream ended; restarting it",
-                    ));
-                }
+            let message = pull.next().await?;
+            if let Some(received) = self.unit_of(message) {
+                return Ok(Some(received));
             }
         }
     }
@@ -249,5 +241,13 @@ impl Source for NatsSource {
             self.ack_wait,
             self.topology.in_progress_limit,
         ))
+    }
+
+    /// Stops pulling: no more units are asked for or kept in progress; those still buffered are
+    /// left for JetStream to deliver again after their `ack_wait`.
+    async fn stop(&mut self) {
+        if let Some(pull) = &self.pull {
+            pull.stop();
+        }
     }
 }

@@ -68,9 +68,11 @@ pub struct NatsTopology {
     /// (to this or another consumer) while the first handler still runs. Default 5 min.
     #[serde(default = "default_in_progress_limit", with = "seconds")]
     pub in_progress_limit: Duration,
-    /// Units asked for in one pull request (`batch`); the source keeps them buffered. Keep
-    /// `batch` × the handler's time under `ack_wait`: buffered units are delivered already.
-    /// Default 64.
+    /// The most units delivered to the source and not yet taken by the runtime: pull requests
+    /// ask for what the buffer has room for. Buffered units are delivered already; the source
+    /// keeps them in progress (`+WPI`) while they wait, up to `in_progress_limit`, so a large
+    /// batch behind slow handlers is not delivered again meanwhile — but it is held by this
+    /// consumer rather than handled by another. Default 64.
     #[serde(default = "default_batch")]
     pub batch: usize,
     /// The stream's `duplicate_window` for the producers' `Nats-Msg-Id` (at least 100 ms). A

@@ -13,6 +13,7 @@ use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
 use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
+use crate::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_postgres.sql");
 
@@ -197,7 +198,8 @@ impl Store for PgStore {
                     row.try_get::<Vec<u8>, _>(3)?,
                     row.try_get::<i32, _>(4)?.max(0) as u32,
                 );
-                Ok((row.try_get::<i64, _>(5)?, record))
+                let order = row.try_get::<i64, _>(5)?;
+                Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
         // RETURNING promises no order: hand them out oldest first.

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::HandlerError;
 use crate::extract::{Malformed, State, decode_json};
+use crate::unit::Stamp;
 
 /// A record's id: fixed when the record is written, in the same transaction as the effect, and
 /// used unchanged by every attempt to relay it — as the AMQP `message_id`, the HTTP
@@ -63,6 +64,7 @@ pub struct Record {
     key: Option<Arc<str>>,
     payload: Bytes,
     attempts: u32,
+    stamp: Option<Stamp>,
 }
 
 impl Record {
@@ -80,7 +82,14 @@ impl Record {
             key: key.map(Into::into),
             payload: payload.into(),
             attempts,
+            stamp: None,
         }
+    }
+
+    /// The record with its place in the outbox's order: its stamp (rule 4).
+    pub fn with_stamp(mut self, stamp: Stamp) -> Self {
+        self.stamp = Some(stamp);
+        self
     }
 
     /// The id fixed at write time.
@@ -109,6 +118,14 @@ impl Record {
     /// `max_attempts`.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// The record's place in its outbox's order (the table's sequence), which every sink sends as
+    /// the [`headers::STAMP`](crate::headers::STAMP) header, so a consumer's store can refuse an
+    /// older record arriving after a newer one (rule 4). A record redriven from the dead keeps
+    /// its place.
+    pub fn stamp(&self) -> Option<Stamp> {
+        self.stamp
     }
 }
 

@@ -12,6 +12,7 @@ use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
 use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
+use crate::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_sqlite.sql");
 
@@ -192,7 +193,8 @@ impl Store for SqliteStore {
                     row.try_get::<Vec<u8>, _>(3)?,
                     row.try_get::<i64, _>(4)?.clamp(0, u32::MAX.into()) as u32,
                 );
-                Ok((row.try_get::<i64, _>(5)?, record))
+                let order = row.try_get::<i64, _>(5)?;
+                Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
         claimed.sort_unstable_by_key(|(rowid, _)| *rowid);

@@ -43,6 +43,50 @@ pub(crate) fn delivery_count(headers: Option<&FieldTable>) -> DeliveryCount {
     DeliveryCount::new(u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX))
 }
 
+/// The properties a producer publishes `unit` with, for the RabbitMQ source to read it back as it
+/// is: its id as `message_id`, persistent (`delivery_mode` 2), its headers as text, and its
+/// [`Stamp`](crate::Stamp) as [`crate::headers::STAMP`] — RabbitMQ keeps no order of its own, so
+/// the producer's stamp is the only one its units carry (rule 4).
+///
+/// ```
+/// use delivery::lapin::types::AMQPValue;
+/// use delivery::{Stamp, Unit};
+///
+/// let unit = Unit::new("order-1", "{}").with_stamp(Stamp(7));
+/// let properties = delivery::rabbitmq::properties_of(&unit);
+/// assert_eq!(properties.message_id().as_ref().map(|id| id.as_str()), Some("order-1"));
+/// let headers = properties.headers().as_ref().unwrap();
+/// assert_eq!(headers.inner().get("x-delivery-stamp"), Some(&AMQPValue::LongLongInt(7)));
+/// ```
+pub fn properties_of(unit: &crate::Unit) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    for (name, value) in unit.headers().iter() {
+        headers.insert(
+            name.into(),
+            AMQPValue::LongString(LongString::from(value.to_vec())),
+        );
+    }
+    if let Some(stamp) = unit.stamp() {
+        headers.insert(
+            crate::headers::STAMP.into(),
+            AMQPValue::LongLongInt(i64::try_from(stamp.0).unwrap_or(i64::MAX)),
+        );
+    }
+    BasicProperties::default()
+        .with_message_id(unit.id().as_str().into())
+        .with_delivery_mode(2)
+        .with_headers(headers)
+}
+
+/// The stamp its producer set or a copy kept ([`crate::headers::STAMP`]), as text or an integer.
+pub(crate) fn stamp(headers: Option<&FieldTable>) -> Option<crate::Stamp> {
+    let value = get(headers, crate::headers::STAMP)?;
+    match as_u64(value) {
+        Some(stamp) => Some(crate::Stamp(stamp)),
+        None => crate::headers::parse_stamp(&header_bytes(value)?),
+    }
+}
+
 /// A header's value as the unit's bytes: strings as they are, numbers and booleans as text.
 /// Nested tables and arrays (`x-death`) are left out of the unit; the operator reads them from
 /// the dead letter.

@@ -178,9 +178,12 @@ impl RabbitDeadLetters {
             .map(|c| DeliveryCount::new(u32::try_from(c).unwrap_or(u32::MAX)))
             .or_else(|| by_broker_past_limit.then(|| DeliveryCount::new(self.max_deliveries.get())))
             .unwrap_or(DeliveryCount::FIRST);
-        let unit = Unit::new(taken.id.clone(), std::mem::take(&mut taken.data))
+        let mut unit = Unit::new(taken.id.clone(), std::mem::take(&mut taken.data))
             .with_headers(codec::own_headers(table))
             .with_delivery_count(count);
+        if let Some(stamp) = codec::stamp(table) {
+            unit = unit.with_stamp(stamp);
+        }
         let source = text(headers::DEAD_LETTER_SOURCE)
             .or_else(|| death.as_ref().map(|d| d.queue.clone()))
             .unwrap_or_else(|| self.queue.clone());

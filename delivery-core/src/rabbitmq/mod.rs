@@ -49,6 +49,7 @@ pub(crate) mod sink;
 mod source;
 mod topology;
 
+pub use codec::properties_of;
 pub use dead_letter::RabbitDeadLetters;
 pub use publish::ConfirmedPublisher;
 pub use settle::RabbitHandle;

@@ -193,9 +193,13 @@ impl RabbitSource {
         let headers = properties.headers().as_ref();
         let id = codec::unit_id(&properties, &data);
         let count = codec::delivery_count(headers);
-        let unit = Unit::new(id, data)
+        let mut unit = Unit::new(id, data)
             .with_delivery_count(count)
             .with_headers(codec::unit_headers(headers));
+        // RabbitMQ keeps no order of its own: the stamp is the one the producer set (rule 4).
+        if let Some(stamp) = codec::stamp(headers) {
+            unit = unit.with_stamp(stamp);
+        }
         let handle = RabbitHandle {
             acker: Some(acker),
             properties,

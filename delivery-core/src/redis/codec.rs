@@ -4,7 +4,8 @@ use ::redis::Value;
 use bytes::Bytes;
 
 use super::{FIELD_ID, FIELD_PAYLOAD};
-use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
+use crate::headers;
+use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// One stream entry: its id and its fields, in order, exactly as stored (names may repeat).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,11 +189,12 @@ pub(crate) fn unit_id(fields: &[(Bytes, Bytes)], fallback: &str) -> UnitId {
     }
 }
 
-/// The unit's headers: every field but `payload` and `id` whose name is UTF-8.
+/// The unit's headers: every field but `payload`, `id` and the stamp whose name is UTF-8.
 pub(crate) fn headers(fields: &[(Bytes, Bytes)]) -> Headers {
     let named = fields.iter().filter_map(|(k, v)| {
         let name = std::str::from_utf8(k).ok()?;
-        (name != FIELD_PAYLOAD && name != FIELD_ID).then(|| (name.to_owned(), v.clone()))
+        (name != FIELD_PAYLOAD && name != FIELD_ID && name != headers::STAMP)
+            .then(|| (name.to_owned(), v.clone()))
     });
     let mut named = named.peekable();
     if named.peek().is_none() {
@@ -206,9 +208,35 @@ pub(crate) fn unit(entry: &Entry, count: DeliveryCount) -> Unit {
     let payload = field(&entry.fields, FIELD_PAYLOAD)
         .cloned()
         .unwrap_or_default();
-    Unit::new(unit_id(&entry.fields, &entry.id), payload)
+    let unit = Unit::new(unit_id(&entry.fields, &entry.id), payload)
         .with_delivery_count(count)
-        .with_headers(headers(&entry.fields))
+        .with_headers(headers(&entry.fields));
+    match stamp(entry) {
+        Some(stamp) => unit.with_stamp(stamp),
+        None => unit,
+    }
+}
+
+/// The entry's stamp (rule 4): its [`headers::STAMP`] field where its producer set one or a dead
+/// letter kept the first entry's, else its entry id.
+pub(crate) fn stamp(entry: &Entry) -> Option<Stamp> {
+    match field(&entry.fields, headers::STAMP) {
+        Some(value) => headers::parse_stamp(value),
+        None => entry_id_stamp(&entry.id),
+    }
+}
+
+/// Bits of a stamp given to an entry id's sequence within its millisecond.
+const SEQUENCE_BITS: u32 = 20;
+
+/// An entry id `<ms>-<seq>` as one stamp in the order of the ids: `ms << 20 | seq`. `None` for an
+/// id past what that holds (a millisecond past the year 2248, or more than a million entries in
+/// one millisecond: only ids set by hand).
+pub(crate) fn entry_id_stamp(id: &str) -> Option<Stamp> {
+    let (ms, seq) = id.split_once('-')?;
+    let (ms, seq): (u64, u64) = (ms.parse().ok()?, seq.parse().ok()?);
+    (ms < 1 << (63 - SEQUENCE_BITS) && seq < 1 << SEQUENCE_BITS)
+        .then_some(Stamp(ms << SEQUENCE_BITS | seq))
 }
 
 /// Fields the transport records on a dead letter, which are not part of the unit's entry.
@@ -299,6 +327,36 @@ mod tests {
         assert!(matches!(&read[0], Read::Entry(e) if e.id == "1-0"));
         assert_eq!(read[1], Read::Deleted("2-0".into()));
         assert_eq!(read[2], Read::Deleted("3-0".into()));
+    }
+
+    #[test]
+    fn the_stamp_is_the_stamp_field_else_the_entry_id_in_its_order() {
+        let a = entry_id_stamp("1700000000000-0").unwrap();
+        let b = entry_id_stamp("1700000000000-7").unwrap();
+        let c = entry_id_stamp("1700000000001-0").unwrap();
+        assert!(a < b && b < c);
+        assert_eq!(entry_id_stamp("5-1"), Some(Stamp(5 << 20 | 1)));
+        assert_eq!(
+            entry_id_stamp("5-99999999"),
+            None,
+            "a sequence past 20 bits"
+        );
+        assert_eq!(entry_id_stamp("x"), None);
+        let kept = Entry {
+            id: "1700000000001-0".into(),
+            fields: vec![(
+                Bytes::from_static(b"x-delivery-stamp"),
+                Bytes::from_static(b"9"),
+            )],
+        };
+        assert_eq!(stamp(&kept), Some(Stamp(9)));
+        assert_eq!(unit(&kept, DeliveryCount::FIRST).stamp(), Some(Stamp(9)));
+        assert!(
+            unit(&kept, DeliveryCount::FIRST)
+                .headers()
+                .get("x-delivery-stamp")
+                .is_none()
+        );
     }
 
     #[test]

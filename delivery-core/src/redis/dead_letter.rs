@@ -276,6 +276,15 @@ impl RedisDeadLetters {
         let unit = Unit::new(id, payload)
             .with_headers(own)
             .with_delivery_count(count);
+        // The stamp the copy kept, else its first entry's id (a copy from before stamps).
+        let stamp = match codec::field(fields, headers::STAMP) {
+            Some(value) => headers::parse_stamp(value),
+            None => text(headers::DEAD_LETTER_ENTRY_ID).and_then(codec::entry_id_stamp),
+        };
+        let unit = match stamp {
+            Some(stamp) => unit.with_stamp(stamp),
+            None => unit,
+        };
         let source = text(headers::DEAD_LETTER_SOURCE).unwrap_or(&self.stream);
         let mut record = DeadLetter::new(unit, source, entry.id.clone());
         record.reason = text(headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);

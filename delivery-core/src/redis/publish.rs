@@ -10,7 +10,8 @@ use crate::unit::Unit;
 /// ...`) and returns the entry id Redis gave it. Redis answers once the entry is in the stream.
 ///
 /// A header named `id` or `payload` would be read back as the unit's id or payload, so it is
-/// refused.
+/// refused. A unit with a [`Stamp`](crate::Stamp) carries it as [`headers::STAMP`](crate::headers::STAMP),
+/// and the source reads it as the unit's stamp instead of the entry id (rule 4).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delivery::TransportError> {
@@ -42,6 +43,9 @@ pub async fn publish(
             ));
         }
         add.arg(name).arg(value.as_ref());
+    }
+    if let Some(stamp) = unit.stamp() {
+        add.arg(crate::headers::STAMP).arg(stamp.0);
     }
     add.query_async::<String>(connection)
         .await

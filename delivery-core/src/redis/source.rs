@@ -472,6 +472,12 @@ impl Shared {
                 add.arg(name.as_ref()).arg(value.as_ref());
             }
         }
+        // The entry id is the stamp: the copy keeps it, for a redrive to carry (rule 4).
+        if codec::field(&entry.fields, crate::headers::STAMP).is_none()
+            && let Some(stamp) = codec::entry_id_stamp(&entry.id)
+        {
+            add.arg(crate::headers::STAMP).arg(stamp.0);
+        }
         add.arg(crate::headers::DEAD_LETTER_REASON)
             .arg(reason.kind().as_str())
             .arg(crate::headers::DEAD_LETTER_DETAIL)

@@ -17,6 +17,7 @@
 //! | [`a_slow_handler_runs_once`] | 1, 3 |
 //! | [`a_crash_loop_reaches_the_dead_letter`] | 2 |
 //! | [`a_unit_cut_short_at_shutdown_on_its_last_delivery`] | 1, 2 |
+//! | [`an_older_unit_changes_nothing`] | 4 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,7 +32,7 @@ use crate::dead_letter::{DeadLetters, Selection};
 use crate::disposition::{Backoff, Outcome, ReasonKind};
 use crate::handler::Handler;
 use crate::transport::Source;
-use crate::unit::{Headers, Unit, UnitId};
+use crate::unit::{Headers, Stamp, Unit, UnitId};
 
 /// A dead-lettered unit, as the suite reads it back through the mechanism's [`DeadLetters`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,6 +97,15 @@ pub trait Fixture: Send + Sync + 'static {
     fn counts_crashed_deliveries(&self) -> bool {
         true
     }
+
+    /// Whether the mechanism stamps a unit its producer did not (rule 4): `true` where it keeps
+    /// an order of its own (a stream's sequence, a log's offset, an entry id, the in-memory
+    /// broker's publish sequence); `false` where it keeps none (RabbitMQ), and only the
+    /// producer's stamp ([`Unit::with_stamp`], published as [`crate::headers::STAMP`]) orders
+    /// units. [`Fixture::publish`] must carry a unit's stamp either way.
+    fn stamps_units(&self) -> bool {
+        true
+    }
 }
 
 /// Runs every check against `fixture`.
@@ -110,6 +120,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     a_slow_handler_runs_once(fixture).await;
     a_crash_loop_reaches_the_dead_letter(fixture).await;
     a_unit_cut_short_at_shutdown_on_its_last_delivery(fixture).await;
+    an_older_unit_changes_nothing(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
@@ -139,11 +150,18 @@ struct Script {
     /// Take this long before applying the effect (a slow handler).
     #[serde(default)]
     sleep_ms: u64,
+    /// Write only if the unit's stamp is newer than the key's (rule 4's store guard); a unit
+    /// without a stamp is malformed.
+    #[serde(default)]
+    guarded: bool,
 }
 
 fn script(key: &str, value: i64) -> String {
     format!(r#"{{"key":"{key}","value":{value}}}"#)
 }
+
+/// A key, and the stamp one of its units carried.
+type Seen = (String, Option<Stamp>);
 
 /// The suite's effect store and log.
 #[derive(Clone, Default)]
@@ -155,6 +173,10 @@ struct Store {
     writes: Arc<Mutex<Vec<String>>>,
     /// Keys whose run hung once (`hang_once_on`).
     hung: Arc<Mutex<Vec<String>>>,
+    /// Every guarded run: key, the stamp its unit carried.
+    stamps_seen: Arc<Mutex<Vec<Seen>>>,
+    /// The stamp of each guarded key's stored value.
+    stamps: Arc<Mutex<HashMap<String, Stamp>>>,
 }
 
 impl Store {
@@ -174,6 +196,13 @@ impl Store {
     fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }
+    fn stamps_seen_by(&self, key: &str) -> Vec<Option<Stamp>> {
+        let seen = self.stamps_seen.lock().unwrap();
+        seen.iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, s)| *s)
+            .collect()
+    }
 }
 
 /// The suite's handler: applies `key = value` idempotently, failing or hanging as scripted.
@@ -184,6 +213,7 @@ impl Handler<Store> for Scripted {
     fn call(&self, unit: &Unit, store: &Store) -> impl Future<Output = Outcome> + Send + 'static {
         let script = crate::extract::decode_json::<Script>(unit.payload());
         let count = unit.delivery_count().get();
+        let stamp = unit.stamp();
         let store = store.clone();
         async move {
             let script = match script {
@@ -191,6 +221,10 @@ impl Handler<Store> for Scripted {
                 Err(malformed) => return Outcome::Malformed(malformed.to_string()),
             };
             store.runs.lock().unwrap().push((script.key.clone(), count));
+            if script.guarded {
+                let seen = (script.key.clone(), stamp);
+                store.stamps_seen.lock().unwrap().push(seen);
+            }
             if script.reject {
                 return Outcome::Rejected(format!("{} refused", script.key));
             }
@@ -213,6 +247,20 @@ impl Handler<Store> for Scripted {
             }
             if count < script.fail_until {
                 return Outcome::Failed(format!("{} failed on delivery {count}", script.key));
+            }
+            if script.guarded {
+                let Some(stamp) = stamp else {
+                    return Outcome::Malformed(format!("{} carries no stamp", script.key));
+                };
+                let mut stamps = store.stamps.lock().unwrap();
+                if stamps
+                    .get(&script.key)
+                    .is_some_and(|stored| *stored >= stamp)
+                {
+                    // The store holds this unit's state or a newer one: handled, nothing written.
+                    return Outcome::Applied;
+                }
+                stamps.insert(script.key.clone(), stamp);
             }
             {
                 let mut rows = store.rows.lock().unwrap();
@@ -936,4 +984,121 @@ pub async fn a_unit_cut_short_at_shutdown_on_its_last_delivery<F: Fixture>(fixtu
         );
         assert!(dead_letters(fixture, &name).await.is_empty());
     }
+}
+
+/// Rule 4: arrival order is not the record's order, and the store guards its writes with the
+/// unit's stamp. For one key, a newer unit is applied, then an older one arrives — directly
+/// (published after it), and through a return — and changes nothing; a unit keeps its stamp
+/// through every return and through a dead letter and its redrive.
+pub async fn an_older_unit_changes_nothing<F: Fixture>(fixture: &F) {
+    let name = queue("stamp");
+    fixture.declare(&name, 2).await;
+    let guarded = |key: &str, value: i64, extra: &str| {
+        format!(r#"{{"key":"{key}","value":{value},"guarded":true{extra}}}"#)
+    };
+    let stamped =
+        |id: &str, payload: String, stamp: u64| Unit::new(id, payload).with_stamp(Stamp(stamp));
+    // Directly: the producer's order is 10, 30, 20; the unit stamped 20 arrives last and changes
+    // nothing.
+    for (id, value, stamp) in [("st-a", 1, 10), ("st-b", 3, 30), ("st-c", 2, 20)] {
+        fixture
+            .publish(&name, stamped(id, guarded("direct", value, ""), stamp))
+            .await;
+    }
+    // Through a return: stamped 40, it fails on its first delivery; stamped 50, it is applied
+    // meanwhile; the return of 40 arrives after it and changes nothing.
+    fixture
+        .publish(
+            &name,
+            stamped("st-d", guarded("returned", 4, r#","fail_until":2"#), 40),
+        )
+        .await;
+    fixture
+        .publish(&name, stamped("st-e", guarded("returned", 5, ""), 50))
+        .await;
+    // Through the dead letter and a redrive: the stamp is the producer's where the mechanism
+    // keeps no order, else the mechanism's own, and the redriven unit carries the same.
+    let poison = guarded("redriven", 6, r#","fail_until":1000"#);
+    let poison = if fixture.stamps_units() {
+        Unit::new("st-f", poison)
+    } else {
+        stamped("st-f", poison, 60)
+    };
+    fixture.publish(&name, poison).await;
+
+    let store = Store::default();
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        2,
+        "an_older_unit_changes_nothing",
+        |s| {
+            s.runs_of("direct").len() >= 3
+                && s.runs_of("returned").len() >= 3
+                && s.runs_of("redriven").len() >= 2
+        },
+    )
+    .await;
+    let rows = store.rows();
+    assert_eq!(
+        rows.get("direct"),
+        Some(&3),
+        "conformance `an_older_unit_changes_nothing`: the unit stamped 20, arriving after the one \
+         stamped 30, changed the key; stamps seen: {:?}",
+        store.stamps_seen_by("direct")
+    );
+    assert_eq!(
+        rows.get("returned"),
+        Some(&5),
+        "conformance `an_older_unit_changes_nothing`: the return of the unit stamped 40 changed \
+         the key after the one stamped 50; stamps seen: {:?}",
+        store.stamps_seen_by("returned")
+    );
+    let mut returned = store.stamps_seen_by("returned");
+    returned.sort();
+    assert_eq!(
+        returned,
+        [Some(Stamp(40)), Some(Stamp(40)), Some(Stamp(50))],
+        "conformance `an_older_unit_changes_nothing`: a returned unit keeps its stamp"
+    );
+
+    let first = store.stamps_seen_by("redriven");
+    assert!(
+        first.iter().all(|s| s.is_some() && *s == first[0]),
+        "conformance `an_older_unit_changes_nothing`: every delivery of a unit carries one \
+         stamp: {first:?}"
+    );
+    let view = fixture.dead_letter(&name).await;
+    wait_dead_letters(fixture, &name, 1).await;
+    let record = view
+        .peek(&UnitId::new("st-f"))
+        .await
+        .unwrap_or_else(|e| panic!("conformance: peek: {e}"))
+        .expect("st-f is in the dead letter");
+    assert_eq!(
+        record.unit.stamp(),
+        first[0],
+        "conformance `an_older_unit_changes_nothing`: the dead letter keeps the unit's stamp"
+    );
+    let report = view
+        .redrive(Selection::Ids(&[UnitId::new("st-f")]))
+        .await
+        .unwrap_or_else(|e| panic!("conformance: redrive: {e}"));
+    assert_eq!(report.redriven, [UnitId::new("st-f")]);
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        2,
+        "an_older_unit_changes_nothing (redrive)",
+        |s| s.runs_of("redriven").len() >= 4,
+    )
+    .await;
+    let all = store.stamps_seen_by("redriven");
+    assert!(
+        all.iter().all(|s| *s == first[0]),
+        "conformance `an_older_unit_changes_nothing`: a redriven unit keeps its first stamp \
+         (a redrive is not a newer unit): {all:?}"
+    );
 }

@@ -446,7 +446,10 @@ where
     let id = verifier
         .unit_id(&parts.headers, &body)
         .unwrap_or_else(|| body_id(&body));
-    let unit = Unit::new(id, body).with_headers(verifier.unit_headers(&parts.headers));
+    let mut unit = Unit::new(id, body).with_headers(verifier.unit_headers(&parts.headers));
+    if let Some(stamp) = verifier.stamp(unit.payload()) {
+        unit = unit.with_stamp(stamp);
+    }
     let outcome = run(handler, &unit, state).await;
     respond(H::NAME, &unit, &outcome)
 }

@@ -319,6 +319,33 @@ impl Verifier {
         (!id.is_empty()).then(|| id.to_owned())
     }
 
+    /// The unit's [`Stamp`](crate::Stamp) (rule 4), where the provider signs the event's own
+    /// time, the same on every attempt: Stripe's `created`, Slack's Events API `event_time`, both
+    /// Unix seconds read from `verified_body`. It orders a provider's events *seconds apart*: two
+    /// events of one object within a second get one stamp, and a store guard refuses the second,
+    /// so guard with it only where that cannot happen, or with a version the payload carries.
+    ///
+    /// `None` for the other schemes: Standard Webhooks' `webhook-timestamp` and Slack's
+    /// request timestamp are the *attempt's* time (a retry of an older event is signed later
+    /// than a newer event's first attempt), and GitHub and Shopify sign no time at all.
+    ///
+    /// ```
+    /// use delivery::webhook::{Scheme, Verifier};
+    /// use delivery::Stamp;
+    ///
+    /// let stripe = Verifier::new(Scheme::Stripe, "whsec_test");
+    /// let body = br#"{"id":"evt_1","created":1700000000,"type":"invoice.paid"}"#;
+    /// assert_eq!(stripe.stamp(body), Some(Stamp(1700000000)));
+    /// assert_eq!(Verifier::new(Scheme::GitHub, "s").stamp(body), None);
+    /// ```
+    ///
+    /// Call it only once [`verify`](Verifier::verify) passed.
+    pub fn stamp(&self, verified_body: &[u8]) -> Option<crate::Stamp> {
+        let field = self.scheme.body_stamp_field()?;
+        let event: serde_json::Value = serde_json::from_slice(verified_body).ok()?;
+        event.get(field)?.as_u64().map(crate::Stamp)
+    }
+
     /// Whether any accepted secret signed the body under any of the delivery's signatures: the
     /// one place a signature is compared, in constant time.
     fn matches(&self, signed: &Signed<'_>, body: &[u8]) -> bool {

@@ -173,4 +173,14 @@ impl Scheme {
             _ => None,
         }
     }
+
+    /// The top-level field of the signed body that holds the event's own time, in Unix seconds,
+    /// the same on every attempt: Stripe's `created`, Slack's `event_time`.
+    pub(super) fn body_stamp_field(&self) -> Option<&'static str> {
+        match self {
+            Scheme::Stripe => Some("created"),
+            Scheme::Slack => Some("event_time"),
+            _ => None,
+        }
+    }
 }

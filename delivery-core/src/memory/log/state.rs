@@ -181,6 +181,12 @@ impl Log {
         };
         let records = &mut self.main[partition as usize];
         let offset = records.len() as u64;
+        // The offset is the stamp (rule 4), unless the unit carries one already: its
+        // producer's, or its first append's, kept through a dead letter and a redrive.
+        let unit = match unit.stamp() {
+            Some(_) => unit,
+            None => unit.with_stamp(crate::Stamp(offset)),
+        };
         records.push(Record {
             unit: unit.with_delivery_count(DeliveryCount::FIRST),
             key,

@@ -188,6 +188,10 @@ impl HttpSink {
         let mut headers = self.headers.clone();
         headers.insert(CONTENT_TYPE, self.content_type.clone());
         headers.insert(IDEMPOTENCY_KEY, key);
+        if let Some(stamp) = record.stamp() {
+            // The record's order, for the receiver's store guard (rule 4).
+            headers.insert(crate::headers::STAMP, HeaderValue::from(stamp.0));
+        }
         let sent = self
             .client
             .post(url.clone())
