@@ -18,13 +18,12 @@ mod process;
 #[path = "support/proxy.rs"]
 mod proxy;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use delivery::DeadLetters;
 use kafka_support::{Tansu, free_address};
 use orders::Env;
-use process::{order, terminate, wait_for};
+use process::{orders, terminate, wait_for};
 use proxy::Proxy;
 
 /// Every connection between the consumer and the broker dropped at once, after a tenth of the
@@ -37,18 +36,7 @@ async fn dropped_connections_dead_letter_no_valid_unit() {
     let proxy = Proxy::start(upstream).await;
     let _tansu = Tansu::start(upstream, proxy.address()).await;
     let env = Env::at(&proxy.address().to_string(), "outage").await;
-    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
-    let units: Vec<(String, String)> = (0..UNITS)
-        .map(|i| {
-            let customer = format!("c-{}", i % 23);
-            let amount = (i % 50 + 1) as i64;
-            *expected.entry(customer.clone()).or_default() += amount;
-            (
-                format!("m-{i}"),
-                order(&format!("o-{i}"), &customer, amount),
-            )
-        })
-        .collect();
+    let (units, expected) = orders(UNITS, 23, 50);
     env.publish_all(&units).await;
 
     // A pause after each effect's commit keeps the run long enough to drop the connections in
