@@ -11,157 +11,23 @@ mod kafka_support;
 #[path = "support/process.rs"]
 mod process;
 
-use kafka_support::{brokers, declare, headers_at, producer, record, unique_name};
-use process::{database_url, example_binary, order, terminate, wait_for};
+#[path = "support/kafka_orders.rs"]
+mod orders;
+
+use kafka_support::{brokers, headers_at};
+use orders::{Env, PARTITIONS, SESSION_TIMEOUT_MS};
+use process::{order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use delivery::DeadLetters;
-use delivery::kafka::client::message::OwnedHeaders;
-use delivery::kafka::client::producer::FutureProducer;
-use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
-// Schema names below are this test's own (`kafka_<name>_<pid>`), never input.
-use sqlx::{AssertSqlSafe, PgPool, Row};
-
-const PARTITIONS: i32 = 3;
-
-/// The group's session timeout. tansu 0.6 drops a dead member only when a member joins after the
-/// dead one's session has expired (Kafka itself rebalances as soon as it expires), so each
-/// restart after a kill waits it out first.
-const SESSION_TIMEOUT_MS: u64 = 3000;
-
-struct Env {
-    topic: String,
-    group: String,
-    schema: String,
-    db: PgPool,
-    topology: KafkaTopology,
-    binary: PathBuf,
-    producer: FutureProducer,
-}
-
-impl Env {
-    async fn new(name: &str) -> Env {
-        let topic = unique_name(&format!("kafka-{name}"));
-        let group = format!("{topic}-consumer");
-        let schema = format!("kafka_{}_{}", name.replace('-', "_"), std::process::id());
-        let db = PgPool::connect(&database_url())
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {}: {e}", database_url()));
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"
-        )))
-        .execute(&db)
-        .await
-        .unwrap();
-        // The example's topology, as it declares it from its environment.
-        let topology = KafkaTopology::new(&topic, &group).partitions(PARTITIONS);
-        declare(&topology).await;
-        // One unit per record batch: a consumer restarted at a committed offset inside a batch
-        // gets nothing from tansu 0.6 (Kafka itself serves the batch that holds it).
-        let producer = producer();
-        Env {
-            binary: tokio::task::spawn_blocking(|| example_binary("kafka_consumer"))
-                .await
-                .unwrap(),
-            topic,
-            group,
-            schema,
-            db,
-            topology,
-            producer,
-        }
-    }
-
-    fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Child {
-        let base = database_url();
-        let sep = if base.contains('?') { '&' } else { '?' };
-        Command::new(&self.binary)
-            .env("KAFKA_BROKERS", brokers())
-            .env(
-                "DATABASE_URL",
-                format!("{base}{sep}options=-c%20search_path%3D{}", self.schema),
-            )
-            .env("TOPIC", &self.topic)
-            .env("GROUP", &self.group)
-            .env("SESSION_TIMEOUT_MS", SESSION_TIMEOUT_MS.to_string())
-            .env("PARTITIONS", PARTITIONS.to_string())
-            .env("CONCURRENCY", concurrency.to_string())
-            .env("EFFECT_DELAY_MS", effect_delay_ms.to_string())
-            .env("RUST_LOG", "info")
-            // The example logs to stdout.
-            .stdout(self.log_file())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting the example")
-    }
-
-    /// Where the next child's log goes (the system's temporary directory), for a failed run.
-    fn log_file(&self) -> std::fs::File {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static CHILD: AtomicU32 = AtomicU32::new(0);
-        let n = CHILD.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("{}-{n}.log", self.topic));
-        std::fs::File::create(&path).expect("a log file for the child")
-    }
-
-    /// Publishes every `(id, body)` with the id as key and `message-id`, all awaited (`acks=all`).
-    async fn publish_all(&self, units: &[(String, String)]) {
-        let sends = units.iter().map(|(id, body)| {
-            self.producer.send(
-                record(&self.topic, id, body.as_str(), OwnedHeaders::new()),
-                Duration::from_secs(10),
-            )
-        });
-        for sent in futures_util::future::join_all(sends).await {
-            sent.map_err(|(e, _)| e).expect("published with acks=all");
-        }
-    }
-
-    async fn scalar(&self, sql: &str) -> i64 {
-        let sql = sql.replace("$schema", &self.schema);
-        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
-            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
-            // The example has not created its tables yet.
-            Err(_) => -1,
-        }
-    }
-
-    async fn balances(&self) -> BTreeMap<String, i64> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, total_cents FROM {}.balances",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
-        .collect()
-    }
-
-    fn dead_letters(&self) -> KafkaDeadLetters {
-        KafkaDeadLetters::new(&brokers(), &self.topology)
-    }
-
-    async fn cleanup(self) {
-        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP SCHEMA IF EXISTS {} CASCADE",
-            self.schema
-        )))
-        .execute(&self.db)
-        .await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
     const UNITS: usize = 3000;
     const KILLS: u64 = 10;
     const POISON_EVERY: usize = 100;
-    let env = Env::new("crash").await;
+    let env = Env::at(&brokers(), "crash").await;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut poison = BTreeSet::new();
     let mut units = Vec::with_capacity(UNITS);

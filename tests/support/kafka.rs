@@ -30,11 +30,13 @@ pub fn unique_name(name: &str) -> String {
 /// Declares the topology's topics (tansu creates none on its own), failing the test with the
 /// brokers' address when the broker is unreachable.
 pub async fn declare(topology: &KafkaTopology) {
-    topology.declare(&brokers()).await.unwrap_or_else(|e| {
-        panic!(
-            "Kafka unreachable at {}: {e} (scripts/services.sh starts tansu)",
-            brokers()
-        )
+    declare_at(&brokers(), topology).await
+}
+
+/// Like [`declare`], at `brokers`.
+pub async fn declare_at(brokers: &str, topology: &KafkaTopology) {
+    topology.declare(brokers).await.unwrap_or_else(|e| {
+        panic!("Kafka unreachable at {brokers}: {e} (scripts/services.sh starts tansu)")
     });
 }
 
@@ -42,9 +44,14 @@ pub async fn declare(topology: &KafkaTopology) {
 /// tansu 0.6 serves nothing for a fetch starting inside a batch (Kafka itself serves the batch
 /// that holds it), so a consumer restarted at a committed offset inside one would get nothing.
 pub fn producer_config() -> ClientConfig {
+    producer_config_at(&brokers())
+}
+
+/// Like [`producer_config`], for `brokers`.
+pub fn producer_config_at(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", brokers)
         .set("acks", "all")
         .set("batch.num.messages", "1");
     config
@@ -52,7 +59,14 @@ pub fn producer_config() -> ClientConfig {
 
 /// A producer made from [`producer_config`].
 pub fn producer() -> FutureProducer {
-    producer_config().create().expect("a Kafka producer")
+    producer_at(&brokers())
+}
+
+/// A producer made from [`producer_config_at`].
+pub fn producer_at(brokers: &str) -> FutureProducer {
+    producer_config_at(brokers)
+        .create()
+        .expect("a Kafka producer")
 }
 
 /// A record of unit `id` for `topic`: keyed by the id, with `headers` and then the id as its
@@ -226,4 +240,63 @@ pub async fn headers_at(topic: &str, partition: i32, offset: i64) -> Vec<(String
     })
     .await
     .unwrap()
+}
+
+/// A tansu broker of a test's own (memory storage), on `listen`, advertising `advertised` to its
+/// clients: killed when dropped. Its log goes to the system's temporary directory.
+pub struct Tansu {
+    child: std::process::Child,
+}
+
+impl Tansu {
+    /// Starts it and waits (at most 30 s) until it accepts connections on `listen`.
+    pub async fn start(listen: std::net::SocketAddr, advertised: std::net::SocketAddr) -> Tansu {
+        let log = std::env::temp_dir().join(format!("tansu-{}.log", listen.port()));
+        let home = std::env::var("HOME").unwrap_or_default();
+        let path = format!(
+            "{home}/.cargo/bin:{}",
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = std::process::Command::new("tansu")
+            .args([
+                "broker",
+                "--listener-url",
+                &format!("tcp://{listen}"),
+                "--advertised-listener-url",
+                &format!("tcp://{advertised}"),
+                "--storage-engine",
+                "memory://tansu/",
+            ])
+            .env("PATH", path)
+            .stdout(std::fs::File::create(&log).expect("a log file for tansu"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("starting tansu (scripts/prerequisites.sh installs it)");
+        let tansu = Tansu { child };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(listen).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tansu did not listen on {listen} within 30 s (log: {})",
+                log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tansu
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback address whose port was free a moment ago.
+pub fn free_address() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }

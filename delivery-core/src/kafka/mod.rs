@@ -53,6 +53,17 @@
 //!   same id, purge. Kafka removes no single record, so the records an operator redrove or purged
 //!   are recorded in a compacted topic of their own
 //!   ([`KafkaTopology::removed_topic_name`]) and no longer listed or counted.
+//! - **Busy handlers keep the group**: librdkafka leaves the group when the consumer is not polled
+//!   for `max.poll.interval.ms` (set it in [`KafkaTopology::client`]; default 5 minutes; below
+//!   45 s set `session.timeout.ms` there too, no higher than it: the attempts reader is a consumer
+//!   too, and librdkafka refuses a poll interval below its session timeout), and the
+//!   unit a slow handler is still running would be handed to another member and run again. The
+//!   source polls while the runtime asks it for units; once it has not for a third of that
+//!   interval (every handler place busy), a task of its own takes the poll over: it pauses every
+//!   assigned partition, so nothing is fetched that nobody asked for, and polls, which keeps the
+//!   member in the group and serves rebalances as usual. The next `receive` takes the poll back
+//!   and resumes the partitions, except those the source holds paused itself. Offsets are still
+//!   committed only through the watermark. See `keeper.rs`.
 //! - **Rebalance**: a revoked partition's watermark is dropped after its final prefix is committed;
 //!   units still in flight for it are never committed by this consumer, and the new owner receives
 //!   them again from the committed offset — the idempotent handler makes that harmless (rule 3).
@@ -125,6 +136,7 @@ mod attempts;
 mod book;
 mod codec;
 mod dead_letter;
+mod keeper;
 mod publish;
 mod settle;
 pub(crate) mod sink;

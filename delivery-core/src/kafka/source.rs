@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::attempts::{Attempt, Attempts};
 use super::book::{Book, BookState};
 use super::codec::{Origin, Read};
+use super::keeper::{self, Admitted, Keeper};
 use super::settle::KafkaHandle;
 use super::topology::KafkaTopology;
 use crate::pace::Retry;
@@ -125,6 +126,8 @@ pub(super) struct Shared {
     pub(super) retry_topic: Arc<str>,
     pub(super) dead_letter_topic: Arc<str>,
     pub(super) bound: NonZeroU32,
+    /// Polls the consumer while the runtime is not asking for units (see [`super::keeper`]).
+    pub(super) keeper: Keeper,
 }
 
 /// The consumer's context: commits on revocation, and keeps newly assigned retry-topic partitions
@@ -138,6 +141,8 @@ pub(super) struct Context {
     retry_paused: AtomicBool,
     /// Partitions were revoked since the source last looked: units it holds of them are stale.
     revoked: AtomicBool,
+    /// The keeper holds every assigned partition paused (see [`super::keeper`]).
+    pub(super) held: AtomicBool,
 }
 
 impl ClientContext for Context {}
@@ -160,21 +165,34 @@ impl ConsumerContext for Context {
         let Rebalance::Assign(list) = rebalance else {
             return;
         };
-        let retry = self.book.retry_partitions(list);
-        if retry.count() == 0 {
+        // Assigned while the keeper holds every partition paused: paused before it is fetched,
+        // and resumed with the rest when the source takes the poll back.
+        if self.held.load(Ordering::Relaxed) {
+            if let Err(error) = consumer.pause(list) {
+                tracing::warn!(%error, "pausing newly assigned partitions failed");
+            }
             return;
         }
         // A partition assigned while the source holds back the retry topic is paused before it is
-        // fetched. Otherwise it is resumed: librdkafka keeps an application's pause on a partition
-        // across its revocation and a later assignment, and nothing else would lift it.
+        // fetched. Every other one is resumed: librdkafka keeps an application's pause on a
+        // partition across its revocation and a later assignment (the keeper's, the retry
+        // topic's, a partition read alone), and nothing else would lift it.
         let paused = self.retry_paused.load(Ordering::Relaxed);
-        let done = if paused {
-            consumer.pause(&retry)
-        } else {
-            consumer.resume(&retry)
-        };
-        if let Err(error) = done {
-            tracing::warn!(%error, paused, "pausing or resuming newly assigned retry partitions failed");
+        let retry = self.book.retry_partitions(list);
+        if paused
+            && retry.count() > 0
+            && let Err(error) = consumer.pause(&retry)
+        {
+            tracing::warn!(%error, "pausing newly assigned retry partitions failed");
+        }
+        let mut running = rdkafka::TopicPartitionList::new();
+        for element in list.elements() {
+            if !(paused && element.topic() == &*self.book.retry_topic) {
+                running.add_partition(element.topic(), element.partition());
+            }
+        }
+        if let Err(error) = consumer.resume(&running) {
+            tracing::warn!(%error, "resuming newly assigned partitions failed");
         }
     }
 }
@@ -226,11 +244,13 @@ impl KafkaSource {
             .set("group.id", &topology.group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false");
+        let max_poll_interval = Keeper::max_poll_interval(&config);
         let consumer: StreamConsumer<Context> = config
             .create_with_context(Context {
                 book: book.clone(),
                 retry_paused: AtomicBool::new(false),
                 revoked: AtomicBool::new(false),
+                held: AtomicBool::new(false),
             })
             .map_err(|e| TransportError::new("creating the Kafka consumer", e))?;
         consumer
@@ -243,6 +263,7 @@ impl KafkaSource {
             retry_topic,
             dead_letter_topic: topology.dead_letter_topic_name().into(),
             bound: topology.delivery_bound(),
+            keeper: Keeper::new(max_poll_interval),
         });
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
             TransportError::new(
@@ -253,6 +274,10 @@ impl KafkaSource {
         runtime.spawn(commit_periodically(
             Arc::downgrade(&shared),
             topology.commit_interval_time(),
+        ));
+        runtime.spawn(keeper::keep_polling(
+            Arc::downgrade(&shared),
+            shared.keeper.after(),
         ));
         let waiting_gauge =
             metrics::gauge!("delivery_retry_waiting", "source" => topology.topic.clone());
@@ -338,60 +363,60 @@ impl KafkaSource {
             }
         }
     }
+}
 
-    /// The unit and handle of one message, and when it is due if it came from the retry topic.
-    fn admit(&self, message: &BorrowedMessage<'_>) -> (Unit, KafkaHandle, Option<Instant>) {
-        let topic = message.topic();
-        let partition = message.partition();
-        let offset = u64::try_from(message.offset()).unwrap_or(0);
-        let log = self.shared.book.log(topic).unwrap_or(Log::Source);
-        let read = Read::of(message);
-        let id = read
-            .id
-            .clone()
-            .unwrap_or_else(|| UnitId::new(format!("{topic}:{partition}:{offset}")));
-        let count = DeliveryCount::new(read.count.unwrap_or(1));
-        let origin = read.origin.clone().unwrap_or_else(|| Origin {
-            topic: topic.into(),
-            partition,
-            offset: message.offset(),
-        });
-        let mut unit = Unit::new(id, read.payload)
-            .with_delivery_count(count)
-            .with_headers(read.headers);
-        // The stamp its producer set or a retry kept, else its offset in the source topic.
-        let stamp = read
-            .stamp
-            .unwrap_or_else(|| u64::try_from(origin.offset).ok().map(Stamp));
-        if let Some(stamp) = stamp {
-            unit = unit.with_stamp(stamp);
-        }
-        let at = self
-            .shared
-            .book
-            .track((log, partition), offset)
-            .map(|generation| Tracked {
-                partition: (log, partition),
-                offset,
-                generation,
-            });
-        let due = match (log, read.due_ms) {
-            (Log::Retry, Some(due_ms)) => {
-                let now_ms = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis() as u64);
-                Some(Instant::now() + Duration::from_millis(due_ms.saturating_sub(now_ms)))
-            }
-            _ => None,
-        };
-        let handle = KafkaHandle {
-            shared: self.shared.clone(),
-            at,
-            key: message.key().map(Bytes::copy_from_slice),
-            origin,
-        };
-        (unit, handle, due)
+/// The unit and handle of one message, tracked in the book, and when it is due if it came from
+/// the retry topic.
+pub(super) fn admit(shared: &Arc<Shared>, message: &BorrowedMessage<'_>) -> Admitted {
+    let topic = message.topic();
+    let partition = message.partition();
+    let offset = u64::try_from(message.offset()).unwrap_or(0);
+    let log = shared.book.log(topic).unwrap_or(Log::Source);
+    let read = Read::of(message);
+    let id = read
+        .id
+        .clone()
+        .unwrap_or_else(|| UnitId::new(format!("{topic}:{partition}:{offset}")));
+    let count = DeliveryCount::new(read.count.unwrap_or(1));
+    let origin = read.origin.clone().unwrap_or_else(|| Origin {
+        topic: topic.into(),
+        partition,
+        offset: message.offset(),
+    });
+    let mut unit = Unit::new(id, read.payload)
+        .with_delivery_count(count)
+        .with_headers(read.headers);
+    // The stamp its producer set or a retry kept, else its offset in the source topic.
+    let stamp = read
+        .stamp
+        .unwrap_or_else(|| u64::try_from(origin.offset).ok().map(Stamp));
+    if let Some(stamp) = stamp {
+        unit = unit.with_stamp(stamp);
     }
+    let at = shared
+        .book
+        .track((log, partition), offset)
+        .map(|generation| Tracked {
+            partition: (log, partition),
+            offset,
+            generation,
+        });
+    let due = match (log, read.due_ms) {
+        (Log::Retry, Some(due_ms)) => {
+            let now_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            Some(Instant::now() + Duration::from_millis(due_ms.saturating_sub(now_ms)))
+        }
+        _ => None,
+    };
+    let handle = KafkaHandle {
+        shared: shared.clone(),
+        at,
+        key: message.key().map(Bytes::copy_from_slice),
+        origin,
+    };
+    (unit, handle, due)
 }
 
 /// The crash-loop count (see the [module docs](super)): each partition's run starts by recording
@@ -599,6 +624,30 @@ impl KafkaSource {
         }
     }
 
+    /// Takes the partitions back from the keeper, if it held them paused: resumes them all but
+    /// those the source holds paused itself (the retry topic at its limit, a partition read alone
+    /// with more queued than it hands out).
+    fn resume_held(&self) {
+        let retry_paused = self
+            .shared
+            .consumer
+            .context()
+            .retry_paused
+            .load(Ordering::Relaxed);
+        let book = &self.shared.book;
+        keeper::resume_held(&self.shared, |topic, partition| {
+            let Some(log) = book.log(topic) else {
+                return false;
+            };
+            (log == Log::Retry && retry_paused)
+                || self
+                    .runs
+                    .get(&(log, partition))
+                    .and_then(|run| run.alone.as_ref())
+                    .is_some_and(|alone| alone.paused)
+        });
+    }
+
     /// The next unit to hand out alone, if one is due and nothing else of its partition is out:
     /// its partition's offset is committed up to it, and its delivery recorded, first. A
     /// partition done being read alone hands its queue to the usual path.
@@ -726,6 +775,9 @@ impl Source for KafkaSource {
     type Handle = KafkaHandle;
 
     async fn receive(&mut self) -> Result<Option<(Unit, KafkaHandle)>, TransportError> {
+        // The poll is the source's while the runtime asks; the keeper's otherwise.
+        let _polling = self.shared.keeper.take().await;
+        self.resume_held();
         loop {
             // Read first, swapped only when set: no locked write on every receive.
             let revoked = &self.shared.consumer.context().revoked;
@@ -762,6 +814,19 @@ impl Source for KafkaSource {
                 }
                 continue; // revoked while it waited: the new owner reads it again
             }
+            // Units the keeper received while the handlers were busy come first, in order.
+            if let Some((unit, handle, due)) = self.shared.keeper.stashed() {
+                if !handle.is_current() {
+                    continue; // revoked since: the new owner reads it again
+                }
+                self.placing = Some(Placing {
+                    unit,
+                    handle,
+                    due,
+                    last: None,
+                });
+                continue;
+            }
             // While the retry topic is paused, units of the source topic still arrive here, and
             // the earliest due time still wakes the source, as does a unit handed out alone
             // becoming final.
@@ -778,7 +843,7 @@ impl Source for KafkaSource {
                 }
             };
             let message = message.map_err(|e| TransportError::new("receiving from Kafka", e))?;
-            let (unit, handle, due) = self.admit(&message);
+            let (unit, handle, due) = admit(&self.shared, &message);
             drop(message);
             self.placing = Some(Placing {
                 unit,
@@ -809,6 +874,7 @@ impl Drop for KafkaSource {
         // The runtime drops the source once its handlers are settled: commit what they finished.
         // Units still waiting are not final; they are read again from the committed offset.
         self.waiting_gauge.set(0.0);
+        self.shared.keeper.close();
         match self.shared.book.commit_owed(&self.shared.consumer) {
             Ok(()) => self.shared.book.end_cleanly(self.runs.keys().copied()),
             Err(error) => {

@@ -1,0 +1,157 @@
+//! `examples/kafka_consumer.rs` as the crash and outage tests run it: a topic of its own with its
+//! topology declared, the example started as a child process writing into a PostgreSQL schema of
+//! its own, orders published, and what it applied read back. Used with `support/kafka.rs` (as
+//! `kafka_support`) and `support/process.rs` (as `process`).
+#![allow(dead_code)] // each test binary uses part of it
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use delivery::kafka::client::message::OwnedHeaders;
+use delivery::kafka::client::producer::FutureProducer;
+use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
+// Schema names below are this module's own (`kafka_<name>_<pid>`), never input.
+use sqlx::{AssertSqlSafe, PgPool, Row};
+
+use crate::kafka_support::{declare_at, producer_at, record, unique_name};
+use crate::process::{database_url, example_binary};
+
+pub const PARTITIONS: i32 = 3;
+
+/// The group's session timeout. tansu 0.6 drops a dead member only when a member joins after the
+/// dead one's session has expired (Kafka itself rebalances as soon as it expires), so each
+/// restart after a kill waits it out first.
+pub const SESSION_TIMEOUT_MS: u64 = 3000;
+
+pub struct Env {
+    /// The bootstrap list the example and this module's clients use.
+    pub brokers: String,
+    pub topic: String,
+    pub group: String,
+    pub schema: String,
+    pub db: PgPool,
+    pub topology: KafkaTopology,
+    binary: PathBuf,
+    producer: FutureProducer,
+}
+
+impl Env {
+    /// A topic `kafka-{name}-..` of its own at `brokers`, its topology declared, and a schema of
+    /// its own.
+    pub async fn at(brokers: &str, name: &str) -> Env {
+        let topic = unique_name(&format!("kafka-{name}"));
+        let group = format!("{topic}-consumer");
+        let schema = format!("kafka_{}_{}", name.replace('-', "_"), std::process::id());
+        let db = PgPool::connect(&database_url())
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {}: {e}", database_url()));
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"
+        )))
+        .execute(&db)
+        .await
+        .unwrap();
+        // The example's topology, as it declares it from its environment.
+        let topology = KafkaTopology::new(&topic, &group).partitions(PARTITIONS);
+        declare_at(brokers, &topology).await;
+        // One unit per record batch: a consumer restarted at a committed offset inside a batch
+        // gets nothing from tansu 0.6 (Kafka itself serves the batch that holds it).
+        let producer = producer_at(brokers);
+        Env {
+            binary: tokio::task::spawn_blocking(|| example_binary("kafka_consumer"))
+                .await
+                .unwrap(),
+            brokers: brokers.to_owned(),
+            topic,
+            group,
+            schema,
+            db,
+            topology,
+            producer,
+        }
+    }
+
+    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Child {
+        let base = database_url();
+        let sep = if base.contains('?') { '&' } else { '?' };
+        Command::new(&self.binary)
+            .env("KAFKA_BROKERS", &self.brokers)
+            .env(
+                "DATABASE_URL",
+                format!("{base}{sep}options=-c%20search_path%3D{}", self.schema),
+            )
+            .env("TOPIC", &self.topic)
+            .env("GROUP", &self.group)
+            .env("SESSION_TIMEOUT_MS", SESSION_TIMEOUT_MS.to_string())
+            .env("PARTITIONS", PARTITIONS.to_string())
+            .env("CONCURRENCY", concurrency.to_string())
+            .env("EFFECT_DELAY_MS", effect_delay_ms.to_string())
+            .env("RUST_LOG", "info")
+            // The example logs to stdout.
+            .stdout(self.log_file())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the example")
+    }
+
+    /// Where the next child's log goes (the system's temporary directory), for a failed run.
+    fn log_file(&self) -> std::fs::File {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static CHILD: AtomicU32 = AtomicU32::new(0);
+        let n = CHILD.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("{}-{n}.log", self.topic));
+        std::fs::File::create(&path).expect("a log file for the child")
+    }
+
+    /// Publishes every `(id, body)` with the id as key and `message-id`, all awaited (`acks=all`).
+    pub async fn publish_all(&self, units: &[(String, String)]) {
+        let sends = units.iter().map(|(id, body)| {
+            self.producer.send(
+                record(&self.topic, id, body.as_str(), OwnedHeaders::new()),
+                Duration::from_secs(10),
+            )
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            sent.map_err(|(e, _)| e).expect("published with acks=all");
+        }
+    }
+
+    /// The first column of the first row of `sql` (`$schema` replaced by the schema), `-1` while
+    /// the example has not created its tables.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        let sql = sql.replace("$schema", &self.schema);
+        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
+            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
+            // The example has not created its tables yet.
+            Err(_) => -1,
+        }
+    }
+
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT customer_id, total_cents FROM {}.balances",
+            self.schema
+        )))
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+        .collect()
+    }
+
+    pub fn dead_letters(&self) -> KafkaDeadLetters {
+        KafkaDeadLetters::new(&self.brokers, &self.topology)
+    }
+
+    pub async fn cleanup(self) {
+        let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            self.schema
+        )))
+        .execute(&self.db)
+        .await;
+    }
+}
