@@ -131,7 +131,7 @@ async fn versions_out_of_order_end_with_the_newest() {
         .execute(&pool)
         .await
         .unwrap();
-    postgres::migrate(&mut *pool.acquire().await.unwrap())
+    postgres::migrate(&mut pool.acquire().await.unwrap())
         .await
         .unwrap();
     sqlx::query(

@@ -18,7 +18,7 @@ async fn pg() -> PgPool {
     let pool = PgPool::connect(&database_url())
         .await
         .expect("PostgreSQL answers on DATABASE_URL (scripts/services.sh starts it)");
-    postgres::migrate(&mut *pool.acquire().await.unwrap())
+    postgres::migrate(&mut pool.acquire().await.unwrap())
         .await
         .unwrap();
     pool
@@ -127,7 +127,7 @@ async fn sqlite_moves_only_forward_in_the_callers_transaction() {
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.join("guard.db").display());
     let pool = SqlitePool::connect(&url).await.unwrap();
-    sqlite::migrate(&mut *pool.acquire().await.unwrap())
+    sqlite::migrate(&mut pool.acquire().await.unwrap())
         .await
         .unwrap();
     let mut tx = pool.begin().await.unwrap();
