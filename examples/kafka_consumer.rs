@@ -15,10 +15,12 @@
 //!
 //! On start it creates the topics `$TOPIC`, `$TOPIC.$GROUP.retry`, `$TOPIC.$GROUP.dlq` and
 //! `$TOPIC.$GROUP.attempts` (the group's own, so other groups never handle its failures) if
-//! missing, and the `orders` and `balances` tables. Each unit is
+//! missing, and the `orders`, `balances` and `latest_orders` tables. Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
-//! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go
+//! customer's balance, so a redelivery changes nothing; the customer's latest order is replaced
+//! only by a unit with a newer stamp, its offset (rule 4: key a customer's orders by the
+//! customer, so they share a partition and their offsets order them). Malformed units and negative amounts go
 //! to the dead letter directly; a database outage is retried with backoff through the retry
 //! topic. Runs until SIGINT or SIGTERM, then shuts down gracefully and commits what is final.
 

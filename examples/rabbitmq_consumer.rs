@@ -8,11 +8,14 @@
 //! between the effect's commit and the acknowledgement, for crash tests; default 0).
 //!
 //! On start it declares the quorum queue `$QUEUE` with the limit and the dead letter `$QUEUE.dlq`,
-//! and creates the `orders` and `balances` tables. Each unit is
+//! and creates the `orders`, `balances` and `latest_orders` tables. Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
-//! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go
-//! to the dead letter directly; a database outage is retried with backoff. Runs until SIGINT or
+//! customer's balance, so a redelivery changes nothing; and the customer's latest order is
+//! replaced only by a unit with a newer stamp (rule 4). RabbitMQ keeps no order of its own, so
+//! each unit carries its producer's stamp in the `x-delivery-stamp` header
+//! (`delivery::rabbitmq::properties_of` publishes a unit with it); a unit without one is
+//! malformed. Malformed units and negative amounts go to the dead letter directly; a database outage is retried with backoff. Runs until SIGINT or
 //! SIGTERM, then shuts down gracefully.
 
 use std::time::Duration;

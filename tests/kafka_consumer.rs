@@ -30,6 +30,8 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
     let env = Env::at(&brokers(), "crash").await;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut poison = BTreeSet::new();
+    // Each customer's last order in publication order: the latest the store must end with.
+    let mut latest: BTreeMap<String, String> = BTreeMap::new();
     let mut units = Vec::with_capacity(UNITS);
     for i in 0..UNITS {
         if i % POISON_EVERY == 50 {
@@ -46,6 +48,7 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         let customer = format!("c-{}", i % 37);
         let amount = (i % 100 + 1) as i64;
         *expected.entry(customer.clone()).or_default() += amount;
+        latest.insert(customer.clone(), format!("o-{i}"));
         units.push((
             format!("m-{i}"),
             order(&format!("o-{i}"), &customer, amount),
@@ -125,6 +128,11 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         env.balances().await,
         expected,
         "every order's amount counted exactly once"
+    );
+    assert_eq!(
+        env.latest_orders().await,
+        latest,
+        "each customer's latest order is its newest, whatever order they arrived in"
     );
     let dead = dead_letters::all(&env.dead_letters()).await;
     // A kill between a dead-letter publish and the offset's commit leaves a second copy of the

@@ -89,6 +89,9 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
     let env = Env::new("crash", 5).await;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut poison = BTreeSet::new();
+    // Each customer's last order in publication order: the latest the store must end with,
+    // however the kills reorder the deliveries (rule 4).
+    let mut latest: BTreeMap<String, String> = BTreeMap::new();
     for i in 0..UNITS {
         if i % POISON_EVERY == 50 {
             let id = format!("poison-{i}");
@@ -104,6 +107,7 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         let customer = format!("c-{}", i % 37);
         let amount = (i % 100 + 1) as i64;
         *expected.entry(customer.clone()).or_default() += amount;
+        latest.insert(customer.clone(), format!("o-{i}"));
         env.publish(
             &format!("m-{i}"),
             &order(&format!("o-{i}"), &customer, amount),
@@ -142,6 +146,11 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         env.balances().await,
         expected,
         "every order's amount counted exactly once"
+    );
+    assert_eq!(
+        env.latest_orders().await,
+        latest,
+        "each customer's latest order is its newest, whatever order they arrived in"
     );
     assert_eq!(
         env.scalar("SELECT count(*) FROM $schema.orders").await,

@@ -1,21 +1,27 @@
 //! The orders contract the queue and log consumer examples share: one PostgreSQL transaction per
-//! unit, keyed by the order's own id, so a redelivery changes nothing (rule 3).
+//! unit, keyed by the order's own id, so a redelivery changes nothing (rule 3); and each
+//! customer's latest order, guarded by the unit's stamp, so an older order arriving late never
+//! replaces a newer one (rule 4).
 
 use std::time::Duration;
 
-use delivery::{HandlerError, Json, State, consumer};
+use delivery::store::postgres;
+use delivery::{HandlerError, Json, Stamp, State, consumer};
 use serde::Deserialize;
 use sqlx::PgPool;
 
-/// Creates the `orders` and `balances` tables if they are missing.
+/// Creates the `orders`, `balances` and `latest_orders` tables, and the stamp guard's, if they
+/// are missing.
 pub async fn create_tables(db: &PgPool) -> sqlx::Result<()> {
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
-         CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);",
+         CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);
+         CREATE TABLE IF NOT EXISTS latest_orders (customer_id text PRIMARY KEY, order_id text, amount_cents bigint);",
     )
     .execute(db)
     .await?;
-    Ok(())
+    let mut connection = db.acquire().await?;
+    postgres::migrate(&mut connection).await
 }
 
 /// One unit: `{"order_id": str, "customer_id": str, "amount_cents": int}`.
@@ -40,6 +46,7 @@ pub struct App {
 #[consumer]
 pub async fn apply_order(
     State(app): State<App>,
+    stamp: Stamp,
     Json(order): Json<OrderPlaced>,
 ) -> Result<(), HandlerError> {
     if order.amount_cents < 0 {
@@ -68,6 +75,19 @@ pub async fn apply_order(
         .bind(order.amount_cents)
         .execute(&mut *tx)
         .await?;
+        // The customer's latest order: only if this unit is newer than the one stored (rule 4).
+        if postgres::advance(&mut tx, "latest_orders", &order.customer_id, stamp).await? {
+            sqlx::query(
+                "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
+                 ON CONFLICT (customer_id) DO UPDATE \
+                 SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
+            )
+            .bind(&order.customer_id)
+            .bind(&order.order_id)
+            .bind(order.amount_cents)
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     tx.commit().await?;
     if !app.effect_delay.is_zero() {

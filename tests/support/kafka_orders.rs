@@ -105,13 +105,24 @@ impl Env {
         std::fs::File::create(&path).expect("a log file for the child")
     }
 
-    /// Publishes every `(id, body)` with the id as key and `message-id`, all awaited (`acks=all`).
+    /// Publishes every `(id, body)` with the id as `message-id`, all awaited (`acks=all`), keyed
+    /// by the order's customer where the body names one (so one customer's orders share a
+    /// partition, and their offsets order them: rule 4), else by the id.
     pub async fn publish_all(&self, units: &[(String, String)]) {
-        let sends = units.iter().map(|(id, body)| {
-            self.producer.send(
-                record(&self.topic, id, body.as_str(), OwnedHeaders::new()),
-                Duration::from_secs(10),
-            )
+        let customers: Vec<Option<String>> = units
+            .iter()
+            .map(|(_, body)| {
+                let order: serde_json::Value = serde_json::from_str(body).ok()?;
+                Some(order.get("customer_id")?.as_str()?.to_owned())
+            })
+            .collect();
+        let sends = units.iter().zip(&customers).map(|((id, body), customer)| {
+            let record = record(&self.topic, id, body.as_str(), OwnedHeaders::new());
+            let record = match customer {
+                Some(customer) => record.key(customer.as_str()),
+                None => record,
+            };
+            self.producer.send(record, Duration::from_secs(10))
         });
         for sent in futures_util::future::join_all(sends).await {
             sent.map_err(|(e, _)| e).expect("published with acks=all");
@@ -139,6 +150,20 @@ impl Env {
         .unwrap()
         .into_iter()
         .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
+        .collect()
+    }
+
+    /// Each customer's latest order as the example stored it.
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT customer_id, order_id FROM {}.latest_orders",
+            self.schema
+        )))
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
         .collect()
     }
 

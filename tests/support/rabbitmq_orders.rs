@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
 use delivery::dead_letter::DeadLetter;
-use delivery::lapin::BasicProperties;
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
 // Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool, Row};
@@ -24,6 +23,8 @@ pub struct Env {
     pub topology: RabbitTopology,
     pub binary: PathBuf,
     pub publisher: ConfirmedPublisher,
+    /// The stamp each unit id was published with.
+    stamps: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Env {
@@ -50,6 +51,7 @@ impl Env {
         Env {
             database_url,
             publisher: ConfirmedPublisher::new(amqp_url()),
+            stamps: Default::default(),
             binary: tokio::task::spawn_blocking(|| example_binary("rabbitmq_consumer"))
                 .await
                 .unwrap(),
@@ -87,17 +89,37 @@ impl Env {
             .expect("starting the example")
     }
 
+    /// Publishes `body` as the unit `id`, stamped as its producer would (rule 4): in the order of
+    /// first publication, the same stamp for every publication of one id.
     pub async fn publish(&self, id: &str, body: &str) {
+        let stamp = {
+            let mut stamps = self.stamps.lock().unwrap();
+            let next = stamps.len() as u64 + 1;
+            *stamps.entry(id.to_owned()).or_insert(next)
+        };
+        let unit = delivery::Unit::new(id, body.to_owned()).with_stamp(delivery::Stamp(stamp));
         self.publisher
             .publish(
                 &self.queue,
                 body.as_bytes(),
-                BasicProperties::default()
-                    .with_message_id(id.into())
-                    .with_delivery_mode(2),
+                delivery::rabbitmq::properties_of(&unit),
             )
             .await
             .unwrap();
+    }
+
+    /// Each customer's latest order as the example stored it.
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT customer_id, order_id FROM {}.latest_orders",
+            self.schema
+        )))
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
     }
 
     pub async fn scalar(&self, sql: &str) -> i64 {
