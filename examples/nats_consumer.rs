@@ -11,78 +11,26 @@
 //! can land its kills in between; default 0).
 //!
 //! On start it declares the stream, its durable consumer `delivery` and the dead-letter stream
-//! `$STREAM_DLQ`, and creates the `nats_orders` and `nats_balances` tables. Each unit is
+//! `$STREAM_DLQ`, and creates the `orders`, `balances` and `latest_orders` tables. Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
-//! customer's balance, so a redelivery changes nothing. Malformed units and negative amounts go
+//! customer's balance, so a redelivery changes nothing; the customer's latest order is replaced
+//! only by a unit with a newer stamp, its stream sequence (rule 4). Malformed units and negative amounts go
 //! to the dead letter directly; a database outage is retried with backoff. Runs until SIGINT or
 //! SIGTERM, then shuts down gracefully.
 
 use std::time::Duration;
 
+use delivery::Consumer;
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::{Consumer, HandlerError, Json, State, consumer};
-use serde::Deserialize;
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 #[path = "support/env.rs"]
 mod env;
 use env::{env_num, env_or, shutdown_signal};
-
-#[derive(Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    customer_id: String,
-    amount_cents: i64,
-}
-
-#[derive(Clone)]
-struct App {
-    db: PgPool,
-    /// A pause after the effect is committed and before the unit is acknowledged (0 in production).
-    effect_delay: Duration,
-}
-
-/// Applies one order. Everything written comes from the unit, keyed by the order's own id.
-#[consumer]
-async fn apply_order(
-    State(app): State<App>,
-    Json(order): Json<OrderPlaced>,
-) -> Result<(), HandlerError> {
-    if order.amount_cents < 0 {
-        return Err(HandlerError::reject(format!(
-            "order {} has a negative amount ({} cents)",
-            order.order_id, order.amount_cents
-        )));
-    }
-    let mut tx = app.db.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO nats_orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(&order.order_id)
-    .bind(&order.customer_id)
-    .bind(order.amount_cents)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 1 {
-        sqlx::query(
-            "INSERT INTO nats_balances (customer_id, total_cents) VALUES ($1, $2) \
-             ON CONFLICT (customer_id) DO UPDATE SET total_cents = nats_balances.total_cents + EXCLUDED.total_cents",
-        )
-        .bind(&order.customer_id)
-        .bind(order.amount_cents)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    if !app.effect_delay.is_zero() {
-        tokio::time::sleep(app.effect_delay).await;
-    }
-    Ok(())
-}
+#[path = "support/orders.rs"]
+mod orders;
+use orders::{App, apply_order};
 
 #[tokio::main]
 async fn main() {
@@ -113,12 +61,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .acquire_timeout(Duration::from_secs(30))
         .connect(&database_url)
         .await?;
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS nats_orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
-         CREATE TABLE IF NOT EXISTS nats_balances (customer_id text PRIMARY KEY, total_cents bigint);",
-    )
-    .execute(&db)
-    .await?;
+    orders::create_tables(&db).await?;
 
     let client = delivery::nats::connect(&nats_url).await?;
     let depth =

@@ -45,6 +45,8 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     let env = Env::new(name, max_deliver).await;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut orders: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    // The valid units in publication order: message id, customer, order id.
+    let mut published: Vec<(String, String, String)> = Vec::new();
     let mut poison = BTreeSet::new();
     for i in 0..units {
         if i % POISON_EVERY == 50 {
@@ -62,6 +64,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
         let amount = (i % 100 + 1) as i64;
         *expected.entry(customer.clone()).or_default() += amount;
         orders.insert(format!("m-{i}"), (customer.clone(), amount));
+        published.push((format!("m-{i}"), customer.clone(), format!("o-{i}")));
         env.publish(
             &format!("m-{i}"),
             &order(&format!("o-{i}"), &customer, amount),
@@ -82,7 +85,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     for round in 0..kills_wanted {
         let mut child = env.start(8, 40);
         tokio::time::sleep(Duration::from_millis(600 + (round * 137) % 700)).await;
-        let applied = env.scalar("SELECT count(*) FROM $schema.nats_orders").await;
+        let applied = env.scalar("SELECT count(*) FROM $schema.orders").await;
         let (_, ack_pending) = env.consumer_backlog().await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -95,7 +98,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
         }
         ack_pending_at_kills.push(ack_pending);
     }
-    let applied_before_final = env.scalar("SELECT count(*) FROM $schema.nats_orders").await;
+    let applied_before_final = env.scalar("SELECT count(*) FROM $schema.orders").await;
     eprintln!(
         "crash run ({name}): {kills} SIGKILLs, {kills_mid_stream} with valid units still unapplied, \
          {kills_mid_effect} with deliveries unsettled (ack pending at each kill: {ack_pending_at_kills:?}), \
@@ -112,7 +115,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
         "every valid order applied or swept, and the poison dead-lettered",
         Duration::from_secs(180),
         async || {
-            let applied = env.scalar("SELECT count(*) FROM $schema.nats_orders").await;
+            let applied = env.scalar("SELECT count(*) FROM $schema.orders").await;
             let dead = env.dead_letters().count().await.unwrap() as i64;
             applied + dead >= valid_units + poison.len() as i64
                 && env.consumer_backlog().await == (0, 0)
@@ -136,7 +139,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
         .map(|d| d.id().to_string())
         .collect();
     let applied: BTreeSet<String> = sqlx::query(AssertSqlSafe(format!(
-        "SELECT order_id FROM {}.nats_orders",
+        "SELECT order_id FROM {}.orders",
         env.schema
     )))
     .fetch_all(&env.db)
@@ -163,6 +166,14 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     if exhausted.is_empty() {
         assert_eq!(expected_applied, expected, "every valid order applied");
     }
+    // Each customer's latest order is its newest applied one, whatever order they arrived in
+    // (rule 4: the stream sequence is the stamp).
+    let latest: BTreeMap<String, String> = published
+        .iter()
+        .filter(|(id, _, _)| applied.contains(id))
+        .map(|(_, customer, order)| (customer.clone(), order.clone()))
+        .collect();
+    assert_eq!(env.latest_orders().await, latest);
     assert!(
         dead.iter()
             .all(|d| d.id().as_str().starts_with("poison-") || exhausted.contains(d.id().as_str())),

@@ -103,7 +103,7 @@ async fn a_server_restart_mid_run_dead_letters_no_valid_unit() {
     for (id, body) in &messages {
         env.publish(id, body).await;
     }
-    let applied = async || env.scalar("SELECT count(*) FROM $schema.nats_orders").await;
+    let applied = async || env.scalar("SELECT count(*) FROM $schema.orders").await;
     let mut child = env.start(8, 5);
     wait_for(
         "a tenth of the orders applied",

@@ -121,9 +121,23 @@ impl Env {
         }
     }
 
+    /// Each customer's latest order as the example stored it.
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT customer_id, order_id FROM {}.latest_orders",
+            self.schema
+        )))
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
+        .collect()
+    }
+
     pub async fn balances(&self) -> BTreeMap<String, i64> {
         sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, total_cents FROM {}.nats_balances",
+            "SELECT customer_id, total_cents FROM {}.balances",
             self.schema
         )))
         .fetch_all(&self.db)
