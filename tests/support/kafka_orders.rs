@@ -13,10 +13,10 @@ use delivery::kafka::client::message::OwnedHeaders;
 use delivery::kafka::client::producer::FutureProducer;
 use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
 // Schema names below are this module's own (`kafka_<name>_<pid>`), never input.
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::kafka_support::{declare_at, producer_at, record, unique_name};
-use crate::process::{database_url, example_binary};
+use crate::process::{OrdersDb, database_url, example_binary};
 
 pub const PARTITIONS: i32 = 3;
 
@@ -38,6 +38,26 @@ pub struct Env {
 }
 
 impl Env {
+    /// The example's effect tables.
+    pub fn tables(&self) -> OrdersDb<'_> {
+        OrdersDb {
+            db: &self.db,
+            schema: &self.schema,
+        }
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        self.tables().scalar(sql).await
+    }
+
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        self.tables().balances().await
+    }
+
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        self.tables().latest_orders().await
+    }
+
     /// A topic `kafka-{name}-..` of its own at `brokers`, its topology declared, and a schema of
     /// its own.
     pub async fn at(brokers: &str, name: &str) -> Env {
@@ -127,44 +147,6 @@ impl Env {
         for sent in futures_util::future::join_all(sends).await {
             sent.map_err(|(e, _)| e).expect("published with acks=all");
         }
-    }
-
-    /// The first column of the first row of `sql` (`$schema` replaced by the schema), `-1` while
-    /// the example has not created its tables.
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        let sql = sql.replace("$schema", &self.schema);
-        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
-            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
-            // The example has not created its tables yet.
-            Err(_) => -1,
-        }
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, total_cents FROM {}.balances",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
-        .collect()
-    }
-
-    /// Each customer's latest order as the example stored it.
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, order_id FROM {}.latest_orders",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
-        .collect()
     }
 
     pub fn dead_letters(&self) -> KafkaDeadLetters {

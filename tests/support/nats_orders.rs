@@ -12,9 +12,9 @@ use async_nats::HeaderMap;
 use async_nats::jetstream;
 use delivery::nats::{NatsDeadLetters, NatsTopology};
 // Schema names below are this test's own (`nats_<name>_<pid>`), never input.
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::process::{database_url, example_binary};
+use crate::process::{OrdersDb, database_url, example_binary};
 
 pub fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -31,6 +31,26 @@ pub struct Env {
 }
 
 impl Env {
+    /// The example's effect tables.
+    pub fn tables(&self) -> OrdersDb<'_> {
+        OrdersDb {
+            db: &self.db,
+            schema: &self.schema,
+        }
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        self.tables().scalar(sql).await
+    }
+
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        self.tables().balances().await
+    }
+
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        self.tables().latest_orders().await
+    }
+
     pub async fn new(name: &str, max_deliver: u32) -> Env {
         let stream = format!("nats-{name}-{}", std::process::id());
         let schema = format!("nats_{}_{}", name.replace('-', "_"), std::process::id());
@@ -110,42 +130,6 @@ impl Env {
             .await
             .unwrap();
         assert!(!ack.duplicate, "{id} published once");
-    }
-
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        let sql = sql.replace("$schema", &self.schema);
-        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
-            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
-            // The example has not created its tables yet.
-            Err(_) => -1,
-        }
-    }
-
-    /// Each customer's latest order as the example stored it.
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, order_id FROM {}.latest_orders",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<String, _>(1)))
-        .collect()
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, total_cents FROM {}.balances",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
-        .collect()
     }
 
     pub fn dead_letters(&self) -> NatsDeadLetters {

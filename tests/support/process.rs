@@ -116,3 +116,52 @@ pub fn orders(
         .collect();
     (messages, expected)
 }
+
+/// The effect tables of the examples' orders contract (`examples/support/orders.rs`), in a test's
+/// own schema.
+pub struct OrdersDb<'a> {
+    pub db: &'a sqlx::PgPool,
+    pub schema: &'a str,
+}
+
+impl OrdersDb<'_> {
+    /// The first column of the first row of `sql` (`$schema` replaced by the schema), `-1` while
+    /// the example has not created its tables.
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        use sqlx::Row;
+        let sql = sql.replace("$schema", self.schema);
+        match sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_one(self.db)
+            .await
+        {
+            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
+            // The example has not created its tables yet.
+            Err(_) => -1,
+        }
+    }
+
+    /// Each customer's balance.
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        self.pairs("customer_id, total_cents", "balances").await
+    }
+
+    /// Each customer's latest order, as the stamp guard let the example store it.
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        self.pairs("customer_id, order_id", "latest_orders").await
+    }
+
+    async fn pairs<V>(&self, columns: &str, table: &str) -> BTreeMap<String, V>
+    where
+        V: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        use sqlx::Row;
+        let sql = format!("SELECT {columns} FROM {}.{table}", self.schema);
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(self.db)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.get::<String, _>(0), row.get::<V, _>(1)))
+            .collect()
+    }
+}

@@ -9,10 +9,10 @@ use std::process::{Child, Command, Stdio};
 use delivery::dead_letter::DeadLetter;
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
 // Schema names below are this test's own (`rmq_<name>_<pid>`), never input.
-use sqlx::{AssertSqlSafe, PgPool, Row};
+use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::dead_letters;
-use crate::process::{amqp_url, database_url, example_binary};
+use crate::process::{OrdersDb, amqp_url, database_url, example_binary};
 use crate::rabbitmq;
 
 pub struct Env {
@@ -28,6 +28,26 @@ pub struct Env {
 }
 
 impl Env {
+    /// The example's effect tables.
+    pub fn tables(&self) -> OrdersDb<'_> {
+        OrdersDb {
+            db: &self.db,
+            schema: &self.schema,
+        }
+    }
+
+    pub async fn scalar(&self, sql: &str) -> i64 {
+        self.tables().scalar(sql).await
+    }
+
+    pub async fn balances(&self) -> BTreeMap<String, i64> {
+        self.tables().balances().await
+    }
+
+    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
+        self.tables().latest_orders().await
+    }
+
     pub async fn new(name: &str, delivery_limit: u32) -> Env {
         Env::with_database(name, delivery_limit, database_url()).await
     }
@@ -106,42 +126,6 @@ impl Env {
             )
             .await
             .unwrap();
-    }
-
-    /// Each customer's latest order as the example stored it.
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, order_id FROM {}.latest_orders",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect()
-    }
-
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        let sql = sql.replace("$schema", &self.schema);
-        match sqlx::query(AssertSqlSafe(sql)).fetch_one(&self.db).await {
-            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
-            // The example has not created its tables yet.
-            Err(_) => -1,
-        }
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT customer_id, total_cents FROM {}.balances",
-            self.schema
-        )))
-        .fetch_all(&self.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.get::<String, _>(0), r.get::<i64, _>(1)))
-        .collect()
     }
 
     pub fn dead_letters(&self) -> RabbitDeadLetters {
