@@ -16,7 +16,7 @@ mod orders;
 
 use kafka_support::{brokers, headers_at};
 use orders::{Env, PARTITIONS, SESSION_TIMEOUT_MS};
-use process::{order, terminate, wait_for};
+use process::{Orders as _, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

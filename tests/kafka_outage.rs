@@ -23,7 +23,7 @@ use std::time::Duration;
 use delivery::DeadLetters;
 use kafka_support::{Tansu, free_address};
 use orders::Env;
-use process::{orders, terminate, wait_for};
+use process::{Orders as _, orders, terminate, wait_for};
 use proxy::Proxy;
 
 /// Every connection between the consumer and the broker dropped at once, after a tenth of the

@@ -10,7 +10,7 @@ mod orders;
 #[path = "support/process.rs"]
 mod process;
 
-use process::{order, terminate, wait_for};
+use process::{Orders as _, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use delivery::DeadLetters;
 use nats_orders::Env;
-use process::{orders, terminate, wait_for};
+use process::{Orders as _, orders, terminate, wait_for};
 
 const NATS_SERVER: &str = "/usr/sbin/nats-server";
 const NATS_ADDR: &str = "127.0.0.1:4222";

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use delivery::{DeadLetters, ReasonKind};
 use orders::{Env, by_id};
-use process::{order, terminate, wait_for};
+use process::{Orders as _, order, terminate, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_applies_orders_once_and_dead_letters_poison() {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use delivery::DeadLetters;
 use orders::Env;
-use process::{order, terminate, wait_for};
+use process::{Orders as _, order, terminate, wait_for};
 
 /// Runs a service command (as the servers' own tools do it), failing loudly.
 fn service(what: &str, program: &str, args: &[&str]) {

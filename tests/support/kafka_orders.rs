@@ -4,7 +4,6 @@
 //! `kafka_support`) and `support/process.rs` (as `process`).
 #![allow(dead_code)] // each test binary uses part of it
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,7 +15,7 @@ use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::kafka_support::{declare_at, producer_at, record, unique_name};
-use crate::process::{OrdersDb, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, database_url, example_binary};
 
 pub const PARTITIONS: i32 = 3;
 
@@ -37,27 +36,16 @@ pub struct Env {
     producer: FutureProducer,
 }
 
-impl Env {
-    /// The example's effect tables.
-    pub fn tables(&self) -> OrdersDb<'_> {
+impl Orders for Env {
+    fn tables(&self) -> OrdersDb<'_> {
         OrdersDb {
             db: &self.db,
             schema: &self.schema,
         }
     }
+}
 
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        self.tables().scalar(sql).await
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        self.tables().balances().await
-    }
-
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        self.tables().latest_orders().await
-    }
-
+impl Env {
     /// A topic `kafka-{name}-..` of its own at `brokers`, its topology declared, and a schema of
     /// its own.
     pub async fn at(brokers: &str, name: &str) -> Env {

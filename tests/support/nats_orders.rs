@@ -3,7 +3,6 @@
 //! and a schema (`nats_<name>_<pid>`) of its own.
 #![allow(dead_code)] // each test binary uses part of it
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -14,7 +13,7 @@ use delivery::nats::{NatsDeadLetters, NatsTopology};
 // Schema names below are this test's own (`nats_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::process::{OrdersDb, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, database_url, example_binary};
 
 pub fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -30,27 +29,16 @@ pub struct Env {
     pub context: jetstream::Context,
 }
 
-impl Env {
-    /// The example's effect tables.
-    pub fn tables(&self) -> OrdersDb<'_> {
+impl Orders for Env {
+    fn tables(&self) -> OrdersDb<'_> {
         OrdersDb {
             db: &self.db,
             schema: &self.schema,
         }
     }
+}
 
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        self.tables().scalar(sql).await
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        self.tables().balances().await
-    }
-
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        self.tables().latest_orders().await
-    }
-
+impl Env {
     pub async fn new(name: &str, max_deliver: u32) -> Env {
         let stream = format!("nats-{name}-{}", std::process::id());
         let schema = format!("nats_{}_{}", name.replace('-', "_"), std::process::id());

@@ -117,6 +117,25 @@ pub fn orders(
     (messages, expected)
 }
 
+/// A test environment running an example of the orders contract: its effect tables, read
+/// through [`OrdersDb`].
+pub trait Orders {
+    /// The example's effect tables.
+    fn tables(&self) -> OrdersDb<'_>;
+
+    async fn scalar(&self, sql: &str) -> i64 {
+        self.tables().scalar(sql).await
+    }
+
+    async fn balances(&self) -> BTreeMap<String, i64> {
+        self.tables().balances().await
+    }
+
+    async fn latest_orders(&self) -> BTreeMap<String, String> {
+        self.tables().latest_orders().await
+    }
+}
+
 /// The effect tables of the examples' orders contract (`examples/support/orders.rs`), in a test's
 /// own schema.
 pub struct OrdersDb<'a> {

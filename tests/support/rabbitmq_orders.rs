@@ -12,7 +12,7 @@ use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::dead_letters;
-use crate::process::{OrdersDb, amqp_url, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, amqp_url, database_url, example_binary};
 use crate::rabbitmq;
 
 pub struct Env {
@@ -27,27 +27,16 @@ pub struct Env {
     stamps: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
-impl Env {
-    /// The example's effect tables.
-    pub fn tables(&self) -> OrdersDb<'_> {
+impl Orders for Env {
+    fn tables(&self) -> OrdersDb<'_> {
         OrdersDb {
             db: &self.db,
             schema: &self.schema,
         }
     }
+}
 
-    pub async fn scalar(&self, sql: &str) -> i64 {
-        self.tables().scalar(sql).await
-    }
-
-    pub async fn balances(&self) -> BTreeMap<String, i64> {
-        self.tables().balances().await
-    }
-
-    pub async fn latest_orders(&self) -> BTreeMap<String, String> {
-        self.tables().latest_orders().await
-    }
-
+impl Env {
     pub async fn new(name: &str, delivery_limit: u32) -> Env {
         Env::with_database(name, delivery_limit, database_url()).await
     }
