@@ -95,6 +95,8 @@ pub(crate) struct Checked {
 
 pub(crate) struct Param {
     pub(crate) ty: Type,
+    /// The types probed against the marker traits: `ty` and the tuple elements inside it.
+    pub(crate) probes: Vec<Type>,
     /// Whether the token-level checks passed; the type-level ones are emitted only then.
     pub(crate) ok: bool,
 }
@@ -162,8 +164,11 @@ pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctx
                 }
             }
         }
+        let mut probes = vec![(*typed.ty).clone()];
+        probe_types(&typed.ty, &mut probes);
         params.push(Param {
             ty: (*typed.ty).clone(),
+            probes,
             ok,
         });
     }
@@ -197,24 +202,32 @@ fn state_param(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// Types a handler parameter may never be, by the last segment of their path.
+/// Types a handler parameter may never be, by their path — only where the path itself says what
+/// the type is: a name only std or the RNG crates use (`SystemTime`, `ThreadRng`), or a common name
+/// under its crate (`chrono::Local`, `std::time::Instant`, `rand::Rng`). A bare `Instant`, `Local`,
+/// `Clock` or `Rng` may be the user's own (`geo::Instant` imported, a `billing::Local`), so the
+/// marker traits decide it by what it is, in the expansion's probes (std's and tokio's `Instant`
+/// are clocks there; `rand`'s generators are minters under the `rand` feature).
 fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
     let last = segments.last()?.as_str();
-    let in_path = |name: &str| segments.iter().any(|s| s == name);
+    let under = |crates: &[&str]| segments.len() >= 2 && crates.contains(&segments[0].as_str());
     match last {
-        "SystemTime" | "Instant" | "Utc" | "Local" | "OffsetDateTime" | "Zoned" | "Clock" => {
+        "SystemTime" => Some(Forbidden::Clock),
+        "Instant" if under(&["std", "core", "tokio", "quanta", "coarsetime"]) => {
             Some(Forbidden::Clock)
         }
-        // A bare `Timestamp` is too often a user's own value type (or extractor) to refuse.
-        "Timestamp" if in_path("jiff") => Some(Forbidden::Clock),
+        "Utc" | "Local" if under(&["chrono"]) => Some(Forbidden::Clock),
         "ThreadRng" | "StdRng" | "SmallRng" | "OsRng" | "ChaCha8Rng" | "ChaCha12Rng"
-        | "ChaCha20Rng" | "Rng" | "RngCore" | "CryptoRng" | "TryRngCore" | "Minter" => {
+        | "ChaCha20Rng" => Some(Forbidden::Minter),
+        "Rng" | "RngCore" | "CryptoRng" | "TryRngCore"
+            if under(&["rand", "rand_core", "fastrand"]) =>
+        {
             Some(Forbidden::Minter)
         }
-        "Generator" if in_path("ulid") => Some(Forbidden::Minter),
-        "ContextV7" | "Context" if in_path("uuid") => Some(Forbidden::Minter),
+        "Generator" if under(&["ulid"]) => Some(Forbidden::Minter),
+        "ContextV7" | "Context" if under(&["uuid"]) => Some(Forbidden::Minter),
         "Acker" | "MemoryHandle" | "Settle" => Some(Forbidden::AckHandle),
-        "Delivery" if in_path("lapin") => Some(Forbidden::AckHandle),
+        "Delivery" if segments.iter().any(|s| s == "lapin") => Some(Forbidden::AckHandle),
         // rdkafka's consumers commit offsets: an offset confirms every unit before it.
         "StreamConsumer" | "BaseConsumer" => Some(Forbidden::AckHandle),
         _ => None,
@@ -223,8 +236,43 @@ fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
 
 /// Wrappers a forbidden type is still reachable through as a parameter.
 const WRAPPERS: &[&str] = &[
-    "Arc", "Rc", "Box", "State", "Option", "Mutex", "RwLock", "RefCell", "Cell", "DateTime",
+    "Arc", "Rc", "Box", "State", "Option", "Mutex", "RwLock", "RefCell", "Cell",
 ];
+
+/// The types the expansion probes against the marker traits for one parameter: the type itself
+/// (the markers reach through references and the wrappers above) and every element of a tuple
+/// reachable through them (`State<(u32, Instant)>`), which no marker impl can reach.
+fn probe_types(ty: &Type, probes: &mut Vec<Type>) {
+    match ty {
+        Type::Reference(r) => probe_types(&r.elem, probes),
+        Type::Paren(p) => probe_types(&p.elem, probes),
+        Type::Group(g) => probe_types(&g.elem, probes),
+        Type::Array(a) => probe_types(&a.elem, probes),
+        Type::Slice(a) => probe_types(&a.elem, probes),
+        Type::Tuple(t) => {
+            for elem in &t.elems {
+                probes.push(elem.clone());
+                probe_types(elem, probes);
+            }
+        }
+        Type::Path(path) => {
+            let Some(last) = path.path.segments.last() else {
+                return;
+            };
+            if !WRAPPERS.contains(&last.ident.to_string().as_str()) {
+                return;
+            }
+            if let PathArguments::AngleBracketed(args) = &last.arguments {
+                for arg in &args.args {
+                    if let GenericArgument::Type(inner) = arg {
+                        probe_types(inner, probes);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
 
 /// Checks one parameter type; reports the first forbidden type reachable in it.
 fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> bool {
