@@ -60,8 +60,8 @@ fn handler_call(kind: Forbidden, call: &str) -> String {
     match kind {
         Forbidden::Clock => format!(
             "a handler must not read the clock (`{call}`): every delivery would write a different time (rule 3)\n\
-             help: take the time from the unit (a field of the payload, its `Stamp`, a header); a clock read that writes nothing, \
-             like a latency metric, may be declared with `#[consumer(allow_clock = \"why\")]`"
+             help: take the time from the unit (a field of the payload, its `Stamp`, a header); to time a latency metric \
+             or wait for a deadline, use `delivery::Stopwatch`, which writes nothing"
         ),
         Forbidden::Minter => format!(
             "a handler must not mint ids or randomness (`{call}`): every delivery would create a new record (rule 3)\n\
