@@ -285,7 +285,10 @@ fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> boo
     }
 }
 
-fn find_forbidden_type(ty: &Type, allow_clock: bool) -> Option<(Forbidden, TokenStream, String)> {
+pub(crate) fn find_forbidden_type(
+    ty: &Type,
+    allow_clock: bool,
+) -> Option<(Forbidden, TokenStream, String)> {
     let allowed = |kind: Forbidden| !(allow_clock && kind == Forbidden::Clock);
     match ty {
         Type::Reference(r) => find_forbidden_type(&r.elem, allow_clock),

@@ -254,3 +254,56 @@ fn ordinary_code_is_accepted() {
         .collect();
     assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
 }
+
+/// Parameter types the tokens refuse: only where the path says what the type is.
+const REFUSED_PARAMS: &[&str] = &[
+    "std::time::SystemTime",
+    "SystemTime",
+    "Option<SystemTime>",
+    "State<(u32, SystemTime)>",
+    "&std::time::Instant",
+    "State<Arc<tokio::time::Instant>>",
+    "chrono::Utc",
+    "Arc<chrono::offset::Local>",
+    "rand::rngs::ThreadRng",
+    "State<Arc<Mutex<StdRng>>>",
+    "Box<dyn rand::RngCore + Send>",
+    "ulid::Generator",
+    "uuid::ContextV7",
+    "delivery::memory::MemoryHandle",
+];
+
+/// Parameter types the tokens leave to the marker traits (a bare `Instant` is std's or anyone's)
+/// or accept outright (values, the user's own types).
+const LEFT_TO_THE_MARKERS: &[&str] = &[
+    "billing::Local",
+    "geo::Instant",
+    "Instant",
+    "State<ClockConfig>",
+    "State<Arc<IdGenerator>>",
+    "Json<chrono::DateTime<chrono::Utc>>",
+    "chrono::DateTime<chrono::Utc>",
+    "Timestamp",
+    "jiff::Timestamp",
+    "time::OffsetDateTime",
+    "State<(App, Generator)>",
+    "dyn Clock",
+];
+
+#[test]
+fn parameter_types_are_refused_by_what_the_path_says() {
+    for source in REFUSED_PARAMS {
+        let ty: syn::Type = syn::parse_str(source).expect("a type");
+        assert!(
+            crate::check::find_forbidden_type(&ty, false).is_some(),
+            "not refused: {source}"
+        );
+    }
+    for source in LEFT_TO_THE_MARKERS {
+        let ty: syn::Type = syn::parse_str(source).expect("a type");
+        assert!(
+            crate::check::find_forbidden_type(&ty, false).is_none(),
+            "refused by its spelling: {source}"
+        );
+    }
+}
