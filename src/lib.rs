@@ -112,29 +112,79 @@ pub use delivery_core::*;
 /// callable as `name::handle(..)` for tests.
 ///
 /// It refuses at compile time, each time on the offending tokens:
-/// - a parameter that is a clock, an id minter or an acknowledgement handle — also behind a type
-///   alias, `&`, `Arc`, `Box` or `State`; declare your own types with [`Clock`] and [`Minter`];
-/// - a body that reads the clock or mints an id (`SystemTime::now`, `Utc::now`, `Uuid::new_v4`,
-///   `rand::random`, `thread_rng`, ...) anywhere — nested blocks, closures, async blocks, macro
-///   arguments;
+/// - a parameter that is a clock, an id minter or an acknowledgement handle, decided by what its
+///   type is: the marker traits [`Clock`], [`Minter`] and [`AckHandle`] (std's `SystemTime` and
+///   `Instant`, tokio's `Instant`, rand 0.9's generators under the `rand` feature, your own types
+///   marked with them), which reach through a type alias, `&`, `Arc`, `Box`, `Option`, `Mutex`,
+///   `State` and each element of a tuple written in the parameter. A path refuses a type by its
+///   name only where the name cannot be anything else (`SystemTime`, `ThreadRng`, `chrono::Utc`,
+///   `std::time::Instant`): your own `billing::Local`, `geo::Instant`, `ClockConfig` or
+///   `IdGenerator` compiles;
+/// - a body that reads the clock or mints an id or randomness, anywhere in it — nested blocks,
+///   closures, async blocks, macro arguments, method chains: `SystemTime::now`, `Instant::now`,
+///   `UNIX_EPOCH.elapsed()`, chrono's `Utc::now` and `Local::now`, time's
+///   `OffsetDateTime::now_utc` and `UtcDateTime::now`, jiff's and uuid's `Timestamp::now`,
+///   `Zoned::now`; `Uuid::new_v4`, `now_v1`, `now_v6`, `now_v7` and `new_v7` (its random bits),
+///   `Ulid::new`, `ulid::Generator`, rand's free functions, `ThreadRng`, `OsRng` and
+///   entropy-seeded generators (`StdRng::from_entropy()`), `fastrand`, `getrandom`, `nanoid!`,
+///   `cuid`, `Ksuid::new`. A `use` inside the body, plain or renamed with `as`, is followed; a bare
+///   `random()`, `thread_rng()`, `rng()` or `getrandom()` is refused by its name, since its import
+///   is usually at module level, out of sight;
 /// - a return type that cannot carry a failure.
 ///
-/// Deterministic derivations stay allowed: `Uuid::new_v5(ns, unit_id)`, times parsed from the
-/// payload, `tokio::time::sleep`, a method named `now` on your own value.
+/// Deterministic code stays allowed: `Uuid::new_v5(ns, unit_id)`, `Uuid::from_u128`, times parsed
+/// from the payload, `UNIX_EPOCH + Duration::from_secs(secs_from_the_payload)`, `Duration`
+/// arithmetic, `DateTime<Utc>` as a type, `StdRng::seed_from_u64(seed_from_the_unit)`,
+/// `tokio::time::sleep` and `tokio::time::timeout`, a method named `now` on your own value.
 ///
-/// The body is checked by its tokens: a clock type renamed by a `use` inside the body is seen, one
-/// renamed at module level (`use std::time::SystemTime as Wall;`) is not. Parameters are checked
-/// by their types too, which sees through aliases and wrappers.
+/// # Deadlines and latency
+/// A clock read that writes nothing takes a [`Stopwatch`], which the check knows:
+/// `Stopwatch::start()`, then `watch.deadline(d)` for `tokio::time::timeout_at` or `sleep_until`,
+/// `watch.exceeds(limit)` to count slow units, `watch.record(&histogram)` for a latency metric. It
+/// hands out no time and no duration, so nothing read from it can be written as a value, and the
+/// rest of the body stays checked. `tokio::time::timeout(d, ..)` and `sleep(d)` read no clock in
+/// the handler and need nothing. `allow_clock` (below) remains for what a `Stopwatch` cannot
+/// express; it switches the clock check off for the whole handler.
+///
+/// # Where the check stops
+/// The checks see the handler's own tokens and the types of its parameters, nothing else:
+/// - **a helper function the handler calls**: `let at = stamp();` with `fn stamp()` reading the
+///   clock compiles — another function's tokens are not the attribute's input, and a proc macro
+///   cannot resolve a call to its definition. Keep clock reads and minting out of what a handler
+///   calls;
+/// - **a clock or generator in a field of the state struct** (`struct App { rng: StdRng, .. }`
+///   taken as `State<App>`): the markers see the parameter's type, `App`, not its fields — a trait
+///   cannot ask whether some field is a clock. Mark the state (`impl delivery::Minter for App {}`)
+///   to refuse it, or keep clocks and generators out of the state;
+/// - **an import or alias at module level used in the body**: `use std::time::SystemTime as
+///   Wall;` then `Wall::now()`, `use ulid::Generator;` then `Generator::new()`, a free function
+///   imported bare under a common name (`use getrandom::fill;` then `fill(..)`). A type imported
+///   under its own name is still refused (`use chrono::Utc;` then `Utc::now()`), and so is the same
+///   `use` written inside the body; an alias to a tuple (`type S = (u32, Instant)`) hides its
+///   elements from the markers;
+/// - **the database's clock**: `now()`, `CURRENT_TIMESTAMP` or `gen_random_uuid()` inside a SQL
+///   string or a column default read the database's clock on every delivery; string contents are
+///   not looked into. Bind the time and the id from the unit;
+/// - **a `Deserialize` that reads the clock**: `#[serde(default = "Utc::now")]` on a payload field
+///   fills a missing field with each delivery's time while [`Json<T>`] decodes, in another item
+///   the attribute does not see. Make such fields required, or default them from the unit's
+///   [`Stamp`];
+/// - **a method on a value made elsewhere**: `rng.random()` on a generator from the state,
+///   `started.elapsed()` on an `Instant` from a parameter (the read that made them is refused, in
+///   the handler or as a parameter), and a macro whose own definition reads the clock.
+///
+/// These limits hold for `#[webhook]` and [`#[relay]`](macro@relay) too.
 ///
 /// The return type may carry any error: `?` on a `std::error::Error`, an `anyhow::Error` or a
 /// `Box<dyn Error + Send + Sync>` returns the unit for redelivery; `HandlerError::reject(e)` sends
 /// it to the dead letter.
 ///
 /// # Arguments
-/// - `allow_clock = "why"`: a recorded exception for a clock read that writes nothing (a latency
-///   metric). The reason is required and appears in the handler's documentation. It covers the
-///   handler's clock wherever it comes from: a read in the body, or a clock in its state (the
-///   testable way to time a metric). Minters and acknowledgement handles stay refused.
+/// - `allow_clock = "why"`: a recorded exception for a clock read that writes nothing and that a
+///   [`Stopwatch`] cannot express. The reason is required and appears in the handler's
+///   documentation. It covers the handler's clock wherever it comes from — a read in the body, or
+///   a clock in its state — for the whole handler, so prefer a [`Stopwatch`]. Minters and
+///   acknowledgement handles stay refused.
 /// - `state = Type`: the shared state, when no `State<T>` parameter names it (for your own
 ///   extractors that read it).
 /// - `crate = path`: where `delivery` is, when renamed or re-exported.

@@ -49,6 +49,7 @@ pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod runtime;
+mod stopwatch;
 pub mod store;
 pub mod testing;
 pub mod transport;
@@ -66,6 +67,7 @@ pub use extract::{FromUnit, Json, Malformed, State};
 pub use handler::{Handler, IntoOutcome};
 pub use marker::{AckHandle, Clock, Minter};
 pub use outbox::{OutboxRecord, Receipt, RecordId};
+pub use stopwatch::Stopwatch;
 pub use transport::{Settle, Source, TransportError};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 

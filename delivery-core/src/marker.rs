@@ -1,6 +1,10 @@
 //! Marker traits for the things a handler must never take: clocks, id minters and
 //! acknowledgement handles. `#[consumer]` checks every parameter's type against them, which is
-//! what catches a clock behind a type alias, a reference, `Arc`, `Box` or `State`.
+//! what catches a clock behind a type alias, a reference, `Arc`, `Box` or `State` (each element of
+//! a tuple written in the parameter is checked too). A parameter is refused by what its type is,
+//! not by its name: a user's `geo::Instant`, `ClockConfig` or `IdGenerator` is accepted. Marked:
+//! std's `SystemTime` and `Instant`, tokio's `Instant`, rand 0.9's generators (feature `rand`) and
+//! uuid's `ContextV7` (with the outbox stores).
 //!
 //! Declare your own types:
 //!
@@ -52,6 +56,26 @@ macro_rules! reach {
     )*};
 }
 reach!(Clock, Minter, AckHandle);
+
+// rand's generators: each call hands out fresh randomness; a seeded one kept in the state advances
+// on every delivery, so it is a minter as a parameter too.
+#[cfg(feature = "rand")]
+impl Minter for rand::rngs::ThreadRng {}
+#[cfg(feature = "rand")]
+impl Minter for rand::rngs::StdRng {}
+#[cfg(feature = "rand")]
+impl Minter for rand::rngs::SmallRng {}
+#[cfg(feature = "rand")]
+impl Minter for rand::rngs::OsRng {}
+#[cfg(feature = "rand")]
+impl Minter for dyn rand::RngCore {}
+#[cfg(feature = "rand")]
+impl Minter for dyn rand::RngCore + Send {}
+#[cfg(feature = "rand")]
+impl Minter for dyn rand::RngCore + Send + Sync {}
+// uuid's v7 context counts within a millisecond of the clock (present with the outbox stores).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl Minter for uuid::ContextV7 {}
 
 #[cfg(feature = "lapin")]
 impl AckHandle for lapin::Acker {}

@@ -2,7 +2,7 @@
 //! precise message on the offending tokens; the type-level probes emitted by the expansion catch
 //! what tokens cannot show (a type alias, a user type marked as a clock or minter).
 
-use proc_macro2::{Spacing, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Spacing, Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type, TypeParamBound};
 
@@ -60,8 +60,8 @@ fn handler_call(kind: Forbidden, call: &str) -> String {
     match kind {
         Forbidden::Clock => format!(
             "a handler must not read the clock (`{call}`): every delivery would write a different time (rule 3)\n\
-             help: take the time from the unit (a field of the payload, its `Stamp`, a header); a clock read that writes nothing, \
-             like a latency metric, may be declared with `#[consumer(allow_clock = \"why\")]`"
+             help: take the time from the unit (a field of the payload, its `Stamp`, a header); to time a latency metric \
+             or wait for a deadline, use `delivery::Stopwatch`, which writes nothing"
         ),
         Forbidden::Minter => format!(
             "a handler must not mint ids or randomness (`{call}`): every delivery would create a new record (rule 3)\n\
@@ -95,6 +95,8 @@ pub(crate) struct Checked {
 
 pub(crate) struct Param {
     pub(crate) ty: Type,
+    /// The types probed against the marker traits: `ty` and the tuple elements inside it.
+    pub(crate) probes: Vec<Type>,
     /// Whether the token-level checks passed; the type-level ones are emitted only then.
     pub(crate) ok: bool,
 }
@@ -162,8 +164,11 @@ pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctx
                 }
             }
         }
+        let mut probes = vec![(*typed.ty).clone()];
+        probe_types(&typed.ty, &mut probes);
         params.push(Param {
             ty: (*typed.ty).clone(),
+            probes,
             ok,
         });
     }
@@ -197,24 +202,32 @@ fn state_param(ty: &Type) -> Option<&Type> {
     }
 }
 
-/// Types a handler parameter may never be, by the last segment of their path.
+/// Types a handler parameter may never be, by their path — only where the path itself says what
+/// the type is: a name only std or the RNG crates use (`SystemTime`, `ThreadRng`), or a common name
+/// under its crate (`chrono::Local`, `std::time::Instant`, `rand::Rng`). A bare `Instant`, `Local`,
+/// `Clock` or `Rng` may be the user's own (`geo::Instant` imported, a `billing::Local`), so the
+/// marker traits decide it by what it is, in the expansion's probes (std's and tokio's `Instant`
+/// are clocks there; `rand`'s generators are minters under the `rand` feature).
 fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
     let last = segments.last()?.as_str();
-    let in_path = |name: &str| segments.iter().any(|s| s == name);
+    let under = |crates: &[&str]| segments.len() >= 2 && crates.contains(&segments[0].as_str());
     match last {
-        "SystemTime" | "Instant" | "Utc" | "Local" | "OffsetDateTime" | "Zoned" | "Clock" => {
+        "SystemTime" => Some(Forbidden::Clock),
+        "Instant" if under(&["std", "core", "tokio", "quanta", "coarsetime"]) => {
             Some(Forbidden::Clock)
         }
-        // A bare `Timestamp` is too often a user's own value type (or extractor) to refuse.
-        "Timestamp" if in_path("jiff") => Some(Forbidden::Clock),
+        "Utc" | "Local" if under(&["chrono"]) => Some(Forbidden::Clock),
         "ThreadRng" | "StdRng" | "SmallRng" | "OsRng" | "ChaCha8Rng" | "ChaCha12Rng"
-        | "ChaCha20Rng" | "Rng" | "RngCore" | "CryptoRng" | "TryRngCore" | "Minter" => {
+        | "ChaCha20Rng" => Some(Forbidden::Minter),
+        "Rng" | "RngCore" | "CryptoRng" | "TryRngCore"
+            if under(&["rand", "rand_core", "fastrand"]) =>
+        {
             Some(Forbidden::Minter)
         }
-        "Generator" if in_path("ulid") => Some(Forbidden::Minter),
-        "ContextV7" | "Context" if in_path("uuid") => Some(Forbidden::Minter),
+        "Generator" if under(&["ulid"]) => Some(Forbidden::Minter),
+        "ContextV7" | "Context" if under(&["uuid"]) => Some(Forbidden::Minter),
         "Acker" | "MemoryHandle" | "Settle" => Some(Forbidden::AckHandle),
-        "Delivery" if in_path("lapin") => Some(Forbidden::AckHandle),
+        "Delivery" if segments.iter().any(|s| s == "lapin") => Some(Forbidden::AckHandle),
         // rdkafka's consumers commit offsets: an offset confirms every unit before it.
         "StreamConsumer" | "BaseConsumer" => Some(Forbidden::AckHandle),
         _ => None,
@@ -223,8 +236,43 @@ fn forbidden_type(segments: &[String]) -> Option<Forbidden> {
 
 /// Wrappers a forbidden type is still reachable through as a parameter.
 const WRAPPERS: &[&str] = &[
-    "Arc", "Rc", "Box", "State", "Option", "Mutex", "RwLock", "RefCell", "Cell", "DateTime",
+    "Arc", "Rc", "Box", "State", "Option", "Mutex", "RwLock", "RefCell", "Cell",
 ];
+
+/// The types the expansion probes against the marker traits for one parameter: the type itself
+/// (the markers reach through references and the wrappers above) and every element of a tuple
+/// reachable through them (`State<(u32, Instant)>`), which no marker impl can reach.
+fn probe_types(ty: &Type, probes: &mut Vec<Type>) {
+    match ty {
+        Type::Reference(r) => probe_types(&r.elem, probes),
+        Type::Paren(p) => probe_types(&p.elem, probes),
+        Type::Group(g) => probe_types(&g.elem, probes),
+        Type::Array(a) => probe_types(&a.elem, probes),
+        Type::Slice(a) => probe_types(&a.elem, probes),
+        Type::Tuple(t) => {
+            for elem in &t.elems {
+                probes.push(elem.clone());
+                probe_types(elem, probes);
+            }
+        }
+        Type::Path(path) => {
+            let Some(last) = path.path.segments.last() else {
+                return;
+            };
+            if !WRAPPERS.contains(&last.ident.to_string().as_str()) {
+                return;
+            }
+            if let PathArguments::AngleBracketed(args) = &last.arguments {
+                for arg in &args.args {
+                    if let GenericArgument::Type(inner) = arg {
+                        probe_types(inner, probes);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
 
 /// Checks one parameter type; reports the first forbidden type reachable in it.
 fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> bool {
@@ -237,7 +285,10 @@ fn param_type(ty: &Type, allow_clock: bool, wording: &Wording, cx: &Ctxt) -> boo
     }
 }
 
-fn find_forbidden_type(ty: &Type, allow_clock: bool) -> Option<(Forbidden, TokenStream, String)> {
+pub(crate) fn find_forbidden_type(
+    ty: &Type,
+    allow_clock: bool,
+) -> Option<(Forbidden, TokenStream, String)> {
     let allowed = |kind: Forbidden| !(allow_clock && kind == Forbidden::Clock);
     match ty {
         Type::Reference(r) => find_forbidden_type(&r.elem, allow_clock),
@@ -298,50 +349,72 @@ fn segment_names(path: &syn::Path) -> Vec<String> {
     path.segments.iter().map(|s| s.ident.to_string()).collect()
 }
 
-/// Calls that read the clock: `Type::function` pairs.
+/// Calls that read the clock: `Type::function`, whatever path leads to the type.
 const CLOCK_CALLS: &[(&str, &str)] = &[
     ("SystemTime", "now"),
+    ("SystemTime", "elapsed"),
     ("Instant", "now"),
+    ("Instant", "elapsed"),
     ("Utc", "now"),
     ("Local", "now"),
     ("Utc", "today"),
     ("Local", "today"),
     ("OffsetDateTime", "now_utc"),
     ("OffsetDateTime", "now_local"),
+    ("UtcDateTime", "now"),
     ("Timestamp", "now"),
     ("Zoned", "now"),
 ];
 
-/// Types whose every associated call above reads the clock, for renamed imports.
-const CLOCK_TYPES: &[&str] = &[
-    "SystemTime",
-    "Instant",
-    "Utc",
-    "Local",
-    "OffsetDateTime",
-    "Timestamp",
-    "Zoned",
-];
-
-/// Calls that mint ids or randomness.
+/// Calls that mint ids or randomness: `Type::function`, whatever path leads to the type. uuid's
+/// `new_v7` fills its random bits itself; `new_v1` and `new_v6` are refused through the
+/// `Timestamp::now` they are usually given (from a payload's time they are deterministic).
 const MINT_CALLS: &[(&str, &str)] = &[
     ("Uuid", "new_v4"),
     ("Uuid", "now_v1"),
     ("Uuid", "now_v6"),
     ("Uuid", "now_v7"),
+    ("Uuid", "new_v7"),
     ("Ulid", "new"),
     ("Ulid", "generate"),
-    ("StdRng", "from_entropy"),
-    ("SmallRng", "from_entropy"),
-    ("StdRng", "from_os_rng"),
-    ("SmallRng", "from_os_rng"),
-    ("ChaCha20Rng", "from_entropy"),
-    ("ChaCha20Rng", "from_os_rng"),
+    ("Ulid", "from_datetime"),
+    ("Ulid", "with_source"),
+    ("Ulid", "from_datetime_with_source"),
+    ("Context", "new_random"),
+    ("Ksuid", "new"),
+    ("Ksuid", "generate"),
+    ("KsuidMs", "new"),
 ];
 
-/// Crates whose free functions all mint randomness (`rand::random_range`, `fastrand::u64`,
-/// `getrandom::fill`); `rand::` is limited to its free functions, not its traits and types.
-const MINT_CRATES: &[&str] = &["fastrand", "getrandom"];
+/// Types every associated call of which hands out fresh randomness (`ThreadRng::default()`).
+const MINT_TYPES: &[&str] = &["ThreadRng", "OsRng"];
+
+/// Seedable generators, and the constructors that seed them from entropy rather than from a value
+/// (`StdRng::seed_from_u64(..)` from the unit is deterministic and allowed).
+const SEEDABLE_RNGS: &[&str] = &[
+    "StdRng",
+    "SmallRng",
+    "ChaCha8Rng",
+    "ChaCha12Rng",
+    "ChaCha20Rng",
+    "Pcg32",
+    "Pcg64",
+    "Xoshiro256PlusPlus",
+];
+const ENTROPY_SEEDS: &[&str] = &[
+    "from_entropy",
+    "from_os_rng",
+    "try_from_os_rng",
+    "from_rng",
+    "try_from_rng",
+    "from_thread_rng",
+];
+
+/// Crates every path into which mints randomness or ids (`fastrand::u64`, `getrandom::fill`,
+/// `nanoid::nanoid!`, `cuid::cuid2()`), but for `with_seed` (a seed taken from the unit).
+const MINT_CRATES: &[&str] = &["fastrand", "getrandom", "nanoid", "cuid", "cuid2"];
+
+/// `rand::` is refused for its free functions, not its traits and types.
 const RAND_FUNCTIONS: &[&str] = &[
     "random",
     "random_range",
@@ -353,143 +426,283 @@ const RAND_FUNCTIONS: &[&str] = &[
     "fill",
 ];
 
-/// Names that mint wherever they appear: `thread_rng()` imported bare, `OsRng`, `nanoid!`.
+/// Free functions and macros that mint when called by their bare name, as after a module-level
+/// `use rand::random;` the attribute cannot see: rand's ([`RAND_FUNCTIONS`] but `fill`, too common
+/// a name), and `getrandom()`, `nanoid!()`, `cuid2()`.
+const BARE_MINT_CALLS: &[&str] = &["getrandom", "nanoid", "cuid1", "cuid2"];
+
+/// Names that mint wherever they appear, called or passed on: `thread_rng`, `OsRng`.
 const MINT_NAMES: &[&str] = &["thread_rng", "OsRng"];
-const MINT_MACROS: &[&str] = &["nanoid"];
+
+/// What follows a path in a body.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Next<'a> {
+    /// `path(..)` or `path::<T>(..)`.
+    Call,
+    /// `path!(..)`.
+    Macro,
+    /// `path.method`.
+    Method(&'a str),
+    Other,
+}
+
+/// What a path written in a body does, by its segments (an import or rename inside the body
+/// already resolved): the kind of forbidden thing and the segment the error starts at.
+pub(crate) fn classify(segments: &[String], next: Next<'_>) -> Option<(Forbidden, usize)> {
+    let n = segments.len();
+    let last = segments.last()?.as_str();
+    // `UNIX_EPOCH.elapsed()`: the time since the epoch, read now.
+    if last == "UNIX_EPOCH" && next == Next::Method("elapsed") {
+        return Some((Forbidden::Clock, n - 1));
+    }
+    if n >= 2 {
+        let pair = (segments[n - 2].as_str(), last);
+        let listed = |list: &[(&str, &str)]| list.contains(&pair);
+        if listed(CLOCK_CALLS) {
+            return Some((Forbidden::Clock, n - 2));
+        }
+        if listed(MINT_CALLS)
+            || MINT_TYPES.contains(&pair.0)
+            || (SEEDABLE_RNGS.contains(&pair.0) && ENTROPY_SEEDS.contains(&pair.1))
+        {
+            return Some((Forbidden::Minter, n - 2));
+        }
+        let first = segments[0].as_str();
+        let crate_mints = (first == "rand" && RAND_FUNCTIONS.contains(&last))
+            || (MINT_CRATES.contains(&first) && last != "with_seed")
+            || (first == "ulid" && segments.iter().any(|s| s == "Generator"));
+        if crate_mints {
+            return Some((Forbidden::Minter, 0));
+        }
+    }
+    let bare_mints =
+        (RAND_FUNCTIONS.contains(&last) && last != "fill") || BARE_MINT_CALLS.contains(&last);
+    if n == 1 && matches!(next, Next::Call | Next::Macro) && bare_mints {
+        return Some((Forbidden::Minter, 0));
+    }
+    segments
+        .iter()
+        .position(|s| MINT_NAMES.contains(&s.as_str()))
+        .map(|i| (Forbidden::Minter, i))
+}
+
+/// A forbidden call found in a body, on its tokens.
+pub(crate) struct Finding {
+    pub(crate) kind: Forbidden,
+    /// The call as written, from the first token the error covers: `Utc::now`, `rand::random`.
+    pub(crate) call: String,
+    start: Span,
+    end: Span,
+}
 
 /// Scans a body's tokens — every nested block, closure, async block and macro call's tokens — for
-/// clock reads and id mints. Reports each one on its tokens.
+/// clock reads and id mints, and reports each one on its tokens.
 ///
-/// A limit of any token scan: a clock type renamed by a `use` outside the function (`use
-/// std::time::SystemTime as Wall;` at the top of the module) is not seen; the same rename inside
-/// the body is.
+/// A `use` inside the body (plain or renamed with `as`) is followed; a module-level import is out
+/// of a token scan's sight, so a bare call is judged by its name alone (`random()`,
+/// `thread_rng()`), and a type imported or renamed at module level is judged by its own name
+/// (`Utc::now()` is refused wherever `Utc` comes from; `Wall::now()` after a module-level
+/// `use std::time::SystemTime as Wall;` is not seen).
 fn body(tokens: TokenStream, allow_clock: bool, wording: &Wording, cx: &Ctxt) {
-    let mut renamed = Vec::new();
-    collect_renames(tokens.clone(), &mut renamed);
-    scan(tokens, allow_clock, &renamed, wording, cx);
-}
-
-/// `use ...::SystemTime as Wall;` inside the body: `Wall` is then a clock type too.
-fn collect_renames(tokens: TokenStream, renamed: &mut Vec<(String, String)>) {
-    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
-    for (i, token) in tokens.iter().enumerate() {
-        match token {
-            TokenTree::Group(group) => collect_renames(group.stream(), renamed),
-            TokenTree::Ident(original) => {
-                if let [TokenTree::Ident(as_kw), TokenTree::Ident(alias), ..] = &tokens[i + 1..] {
-                    let original = original.to_string();
-                    if as_kw == "as"
-                        && (CLOCK_TYPES.contains(&original.as_str())
-                            || original == "Uuid"
-                            || original == "Ulid")
-                    {
-                        renamed.push((alias.to_string(), original));
-                    }
-                }
-            }
-            _ => {}
-        }
+    for finding in scan_body(tokens, allow_clock) {
+        report(
+            cx,
+            finding.start,
+            finding.end,
+            (wording.call)(finding.kind, &finding.call),
+        );
     }
 }
 
-fn scan(
-    tokens: TokenStream,
-    allow_clock: bool,
-    renamed: &[(String, String)],
-    wording: &Wording,
-    cx: &Ctxt,
-) {
+/// The findings of [`body`], in the order written.
+pub(crate) fn scan_body(tokens: TokenStream, allow_clock: bool) -> Vec<Finding> {
+    let mut imports = Vec::new();
+    collect_imports(tokens.clone(), &mut imports);
+    let mut findings = Vec::new();
+    scan(tokens, allow_clock, &imports, &mut findings);
+    findings
+}
+
+/// An imported name and the path it stands for.
+type Import = (String, Vec<String>);
+
+/// `use` items inside the body: `use rand::random;`, `use std::time::{SystemTime as Wall};`.
+fn collect_imports(tokens: TokenStream, imports: &mut Vec<Import>) {
     let tokens: Vec<TokenTree> = tokens.into_iter().collect();
-    for (i, token) in tokens.iter().enumerate() {
-        match token {
-            TokenTree::Group(group) => scan(group.stream(), allow_clock, renamed, wording, cx),
-            TokenTree::Ident(first) => {
-                let written = first.to_string();
-                let first_name = renamed
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i] {
+            TokenTree::Group(group) => collect_imports(group.stream(), imports),
+            TokenTree::Ident(ident) if ident == "use" => {
+                let end = tokens[i + 1..]
                     .iter()
-                    .find(|(alias, _)| *alias == written)
-                    .map_or(written.clone(), |(_, original)| original.clone());
-                if let Some(second) = path_continuation(&tokens[i + 1..]) {
-                    let second_name = second.to_string();
-                    let pair = (first_name.as_str(), second_name.as_str());
-                    let listed = |list: &[(&str, &str)]| list.iter().any(|(a, b)| (*a, *b) == pair);
-                    let call = format!("{written}::{second_name}");
-                    let mints = listed(MINT_CALLS)
-                        || (MINT_CRATES.contains(&pair.0)
-                            && pair.1.starts_with(|c: char| c.is_lowercase()))
-                        || (pair.0 == "rand" && RAND_FUNCTIONS.contains(&pair.1));
-                    if listed(CLOCK_CALLS) && !allow_clock {
-                        report(
-                            cx,
-                            first.span(),
-                            second.span(),
-                            (wording.call)(Forbidden::Clock, &call),
-                        );
-                    } else if mints {
-                        report(
-                            cx,
-                            first.span(),
-                            second.span(),
-                            (wording.call)(Forbidden::Minter, &call),
-                        );
-                    }
+                    .position(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ';'))
+                    .map_or(tokens.len(), |p| i + 1 + p);
+                // A leading `::` (`use ::rand::random;`) names the same crate.
+                let tree: TokenStream = tokens[i + 1..end]
+                    .iter()
+                    .skip_while(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ':'))
+                    .cloned()
+                    .collect();
+                if let Ok(tree) = syn::parse2::<syn::UseTree>(tree) {
+                    use_tree(&tree, &mut Vec::new(), imports);
                 }
-                // `UNIX_EPOCH.elapsed()`: the time since the epoch, read now.
-                if written == "UNIX_EPOCH"
-                    && !allow_clock
-                    && let [TokenTree::Punct(dot), TokenTree::Ident(method), ..] = &tokens[i + 1..]
-                    && dot.as_char() == '.'
-                    && method == "elapsed"
-                {
-                    let call = "UNIX_EPOCH.elapsed".to_owned();
-                    report(
-                        cx,
-                        first.span(),
-                        method.span(),
-                        (wording.call)(Forbidden::Clock, &call),
-                    );
-                }
-                if MINT_NAMES.contains(&written.as_str()) {
-                    report(
-                        cx,
-                        first.span(),
-                        first.span(),
-                        (wording.call)(Forbidden::Minter, &written),
-                    );
-                }
-                let is_macro =
-                    matches!(tokens.get(i + 1), Some(TokenTree::Punct(p)) if p.as_char() == '!');
-                if is_macro && MINT_MACROS.contains(&written.as_str()) {
-                    report(
-                        cx,
-                        first.span(),
-                        first.span(),
-                        (wording.call)(Forbidden::Minter, &format!("{written}!")),
-                    );
-                }
+                i = end;
             }
             _ => {}
         }
+        i += 1;
     }
 }
 
-/// The `ident` of `:: ident` after an identifier, or of `> :: ident` (a qualified path such as
-/// `<SystemTime>::now`).
-fn path_continuation(rest: &[TokenTree]) -> Option<&proc_macro2::Ident> {
-    let rest = match rest {
-        [TokenTree::Punct(gt), tail @ ..] if gt.as_char() == '>' => tail,
-        _ => rest,
-    };
-    match rest {
-        [
-            TokenTree::Punct(a),
-            TokenTree::Punct(b),
-            TokenTree::Ident(ident),
-            ..,
-        ] if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':' => {
-            Some(ident)
+fn use_tree(tree: &syn::UseTree, prefix: &mut Vec<String>, imports: &mut Vec<Import>) {
+    let full = |prefix: &Vec<String>, ident: &syn::Ident| {
+        let mut path = prefix.clone();
+        if ident != "self" {
+            path.push(ident.to_string());
         }
-        _ => None,
+        path
+    };
+    match tree {
+        syn::UseTree::Path(path) => {
+            prefix.push(path.ident.to_string());
+            use_tree(&path.tree, prefix, imports);
+            prefix.pop();
+        }
+        syn::UseTree::Name(name) => {
+            let path = full(prefix, &name.ident);
+            if let Some(last) = path.last() {
+                imports.push((last.clone(), path));
+            }
+        }
+        syn::UseTree::Rename(rename) => {
+            imports.push((rename.rename.to_string(), full(prefix, &rename.ident)));
+        }
+        syn::UseTree::Group(group) => {
+            for tree in &group.items {
+                use_tree(tree, prefix, imports);
+            }
+        }
+        syn::UseTree::Glob(_) => {}
+    }
+}
+
+/// Keywords a path may follow: `return ::rand::random()` starts a path.
+const KEYWORDS: &[&str] = &[
+    "return", "in", "use", "break", "move", "else", "match", "if", "while", "let", "yield",
+];
+
+fn is_punct(token: Option<&TokenTree>, c: char) -> bool {
+    matches!(token, Some(TokenTree::Punct(p)) if p.as_char() == c)
+}
+
+/// `::` at `tokens[at..]`.
+fn path_sep(tokens: &[TokenTree], at: usize) -> bool {
+    matches!(tokens.get(at), Some(TokenTree::Punct(p)) if p.as_char() == ':' && p.spacing() == Spacing::Joint)
+        && is_punct(tokens.get(at + 1), ':')
+}
+
+fn scan(tokens: TokenStream, allow_clock: bool, imports: &[Import], found: &mut Vec<Finding>) {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut in_use = false;
+    for (i, token) in tokens.iter().enumerate() {
+        // A `use` item names paths without calling them: the calls through it are reported.
+        match token {
+            TokenTree::Ident(ident) if ident == "use" => in_use = true,
+            TokenTree::Punct(p) if in_use && p.as_char() == ';' => in_use = false,
+            _ => {}
+        }
+        if in_use {
+            continue;
+        }
+        let first = match token {
+            TokenTree::Group(group) => {
+                scan(group.stream(), allow_clock, imports, found);
+                continue;
+            }
+            TokenTree::Ident(ident) => ident,
+            _ => continue,
+        };
+        // Only where a path starts: not after `::` (or `>::`, `<SystemTime>::now`), not a method
+        // or field after `.`, not a function being defined.
+        let before = |back: usize| i.checked_sub(back).and_then(|j| tokens.get(j));
+        let continues = i >= 2
+            && path_sep(&tokens, i - 2)
+            && match before(3) {
+                Some(TokenTree::Ident(prev)) => !KEYWORDS.contains(&prev.to_string().as_str()),
+                Some(TokenTree::Punct(p)) => p.as_char() == '>',
+                _ => false,
+            };
+        let continues = continues
+            || is_punct(before(1), '.')
+            || matches!(before(1), Some(TokenTree::Ident(kw)) if kw == "fn");
+        if continues {
+            continue;
+        }
+        let mut written = vec![first.clone()];
+        let mut j = i + 1;
+        loop {
+            // `<SystemTime>::now`: the path goes on after the closing `>`.
+            let at = if is_punct(tokens.get(j), '>') {
+                j + 1
+            } else {
+                j
+            };
+            match tokens.get(at + 2) {
+                Some(TokenTree::Ident(ident)) if path_sep(&tokens, at) => {
+                    written.push(ident.clone());
+                    j = at + 3;
+                }
+                _ => break,
+            }
+        }
+        let method = match (tokens.get(j), tokens.get(j + 1)) {
+            (Some(TokenTree::Punct(dot)), Some(TokenTree::Ident(method)))
+                if dot.as_char() == '.' =>
+            {
+                Some(method)
+            }
+            _ => None,
+        };
+        let method_name = method.map(ToString::to_string);
+        let next = match (tokens.get(j), &method_name) {
+            (_, Some(name)) => Next::Method(name),
+            (Some(TokenTree::Group(g)), _) if g.delimiter() == Delimiter::Parenthesis => Next::Call,
+            (Some(TokenTree::Punct(p)), _) if p.as_char() == '!' => Next::Macro,
+            _ if path_sep(&tokens, j) && is_punct(tokens.get(j + 2), '<') => Next::Call,
+            _ => Next::Other,
+        };
+        let names: Vec<String> = written.iter().map(ToString::to_string).collect();
+        // An import inside the body: its first segment stands for the imported path.
+        let (resolved, offset) = match imports.iter().find(|(name, _)| *name == names[0]) {
+            Some((_, path)) if !path.is_empty() => {
+                let mut resolved = path.clone();
+                resolved.extend(names[1..].iter().cloned());
+                (resolved, path.len() - 1)
+            }
+            _ => (names.clone(), 0),
+        };
+        let Some((kind, from)) = classify(&resolved, next) else {
+            continue;
+        };
+        if kind == Forbidden::Clock && allow_clock {
+            continue;
+        }
+        let from = from.saturating_sub(offset).min(written.len() - 1);
+        let mut call = names[from..].join("::");
+        let mut end = written[written.len() - 1].span();
+        if let (Next::Method(name), Some(method)) = (next, method)
+            && resolved.last().is_some_and(|s| s == "UNIX_EPOCH")
+        {
+            call = format!("{call}.{name}");
+            end = method.span();
+        }
+        found.push(Finding {
+            kind,
+            call,
+            start: written[from].span(),
+            end,
+        });
     }
 }
 

@@ -122,39 +122,43 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
     // handle — by type, which sees through aliases and wrappers. Whether it is an extractor is
     // checked here when the impl below does not (a generic state, or errors already found).
     let param_checks = checked.params.iter().filter(|p| p.ok).map(|p| {
-        let ty = &p.ty;
-        let (start, end) = span::range(ty);
-        let probe = |method: &str| {
-            let method = format_ident!("{}", method);
-            quote!((&#private::probe::Probe::<#ty>::NEW).#method())
-        };
-        let clock = args.allow_clock.is_none().then(|| {
-            let call = span::call(
+        let probes = p.probes.iter().map(|ty| {
+            let (start, end) = span::range(ty);
+            let probe = |method: &str| {
+                let method = format_ident!("{}", method);
+                quote!((&#private::probe::Probe::<#ty>::NEW).#method())
+            };
+            let clock = args.allow_clock.is_none().then(|| {
+                let call = span::call(
+                    start,
+                    end,
+                    quote!(#private::probe::assert_not_clock),
+                    probe("clock_probe"),
+                );
+                quote!(#call;)
+            });
+            let minter = span::call(
                 start,
                 end,
-                quote!(#private::probe::assert_not_clock),
-                probe("clock_probe"),
+                quote!(#private::probe::assert_not_minter),
+                probe("minter_probe"),
             );
-            quote!(#call;)
+            let ack = span::call(
+                start,
+                end,
+                quote!(#private::probe::assert_not_ack_handle),
+                probe("ack_probe"),
+            );
+            quote! {
+                #clock
+                #minter;
+                #ack;
+            }
         });
-        let minter = span::call(
-            start,
-            end,
-            quote!(#private::probe::assert_not_minter),
-            probe("minter_probe"),
-        );
-        let ack = span::call(
-            start,
-            end,
-            quote!(#private::probe::assert_not_ack_handle),
-            probe("ack_probe"),
-        );
-        let extractor =
-            (state.is_none() || has_errors).then(|| K::assert_extractor(&krate, ty, &check_state));
+        let extractor = (state.is_none() || has_errors)
+            .then(|| K::assert_extractor(&krate, &p.ty, &check_state));
         quote! {
-            #clock
-            #minter;
-            #ack;
+            #(#probes)*
             #extractor
         }
     });

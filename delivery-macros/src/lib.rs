@@ -15,6 +15,8 @@ mod expand;
 mod kind;
 mod relay;
 mod span;
+#[cfg(test)]
+mod sweep;
 mod webhook;
 
 use proc_macro::TokenStream;
