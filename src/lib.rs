@@ -321,10 +321,10 @@ pub use delivery_macros::consumer;
 /// - `credential_headers = ["X-Api-Key", ..]`: header names, beside `Authorization`, `Cookie` and
 ///   `Proxy-Authorization`, that carry credentials and are never copied into the unit's
 ///   [`Headers`] ([`webhook::Verifier::credential_header`]).
-/// - `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`].
+/// - `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`](macro@consumer).
 ///
 /// # Parameters
-/// The extractors of [`consumer`], resolved from the verified delivery:
+/// The extractors of [`consumer`](macro@consumer), resolved from the verified delivery:
 /// [`Json<T>`] decodes the verified body; [`State<S>`] is the handler's state, taken from the
 /// router's state by `FromRef` as axum's own `State` is; [`UnitId`] is the delivery's id, taken
 /// only from what the signature covers ([`webhook::Verifier::unit_id`]) — Standard Webhooks
@@ -347,7 +347,7 @@ pub use delivery_macros::consumer;
 /// is answered with `500` and logged with the variable's name.
 ///
 /// # What does not compile
-/// Everything [`consumer`] refuses (a clock or a minter as a parameter or in the body, an
+/// Everything [`consumer`](macro@consumer) refuses (a clock or a minter as a parameter or in the body, an
 /// acknowledgement handle, a return type that cannot fail), and a parameter that reads the body
 /// before it is verified — axum's `Json`, `Form`, `Bytes`, `String`, `Request`, `Body`:
 ///
@@ -422,7 +422,7 @@ pub use delivery_macros::webhook;
 ///
 /// Parameters are relay extractors ([`outbox::FromRecord`]): [`OutboxRecord<T>`] (the record with
 /// its JSON payload decoded), [`outbox::Record`] (as stored, bytes untouched), [`State<S>`],
-/// [`RecordId`]. The checks of [`consumer`] apply: no clock or id minter as a parameter or in the
+/// [`RecordId`]. The checks of [`consumer`](macro@consumer) apply: no clock or id minter as a parameter or in the
 /// body, no acknowledgement handle — and the function must return `Result<Receipt, E>`:
 ///
 /// ```compile_fail
@@ -437,5 +437,5 @@ pub use delivery_macros::webhook;
 /// ```
 ///
 /// # Arguments
-/// `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`].
+/// `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`](macro@consumer).
 pub use delivery_macros::relay;

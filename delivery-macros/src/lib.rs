@@ -3,7 +3,7 @@
 //!
 //! Each attribute is parse (`ast.rs`, `attr.rs`) -> check (`check.rs`) -> expand (`expand.rs`),
 //! stages shared by every attribute. An attribute's own file (`consumer.rs`, `webhook.rs`,
-//! `relay.rs`) supplies what differs, as a [`kind::Kind`]: its runtime trait, the wording of its
+//! `relay.rs`) supplies what differs, as a `kind::Kind`: its runtime trait, the wording of its
 //! errors, and its own arguments, checks and items.
 
 mod ast;

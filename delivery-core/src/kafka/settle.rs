@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::codec::Origin;
 use super::source::{Shared, Tracked};
 
-/// The handle of one unit delivered by a [`KafkaSource`]. Only the runtime holds it.
+/// The handle of one unit delivered by a [`KafkaSource`](super::KafkaSource). Only the runtime holds it.
 ///
 /// Dropped unsettled, it finishes nothing: its offset holds the watermark, and the unit is read
 /// again from the committed offset after a restart or a rebalance.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::source::Shared;
 
-/// The handle of one delivery from a [`NatsSource`]. Only the runtime holds it.
+/// The handle of one delivery from a [`NatsSource`](super::NatsSource). Only the runtime holds it.
 ///
 /// While its handler runs, the runtime keeps the delivery in progress (`+WPI`). Dropped
 /// unsettled, JetStream delivers it again after `ack_wait`, counting the delivery. (Nothing is

@@ -23,7 +23,7 @@ use crate::unit::{DeliveryCount, Unit};
 ///
 /// Units are pulled at most `batch` at a time and kept buffered in the source, in progress
 /// (`+WPI`), until the runtime takes them, so [`receive`](Source::receive) is cancel safe and a
-/// unit waiting behind slow handlers is not delivered again meanwhile (see [`super::pull`]). A
+/// unit waiting behind slow handlers is not delivered again meanwhile (see the [module docs](super)). A
 /// pull that fails is reported once and tried again after a backoff; the client reconnects by
 /// itself, a pull request sent before a reconnect is sent again, and JetStream delivers again
 /// whatever was not acknowledged.

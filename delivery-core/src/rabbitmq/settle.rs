@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::source::Shared;
 
-/// The handle of one delivery from a [`RabbitSource`]. Only the runtime holds it.
+/// The handle of one delivery from a [`RabbitSource`](super::RabbitSource). Only the runtime holds it.
 ///
 /// Dropped unsettled, its delivery is rejected with `requeue = true` by the source's next
 /// `receive`; if the source is gone too, its connection's close hands the delivery back.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::source::Shared;
 
-/// The handle of one entry from a [`RedisSource`]. Only the runtime holds it.
+/// The handle of one entry from a [`RedisSource`](super::RedisSource). Only the runtime holds it.
 ///
 /// Dropped unsettled, the entry stays pending in the group and is claimed back after the claim
 /// idle time, as a dead consumer's entries are.
