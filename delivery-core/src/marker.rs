@@ -3,8 +3,9 @@
 //! what catches a clock behind a type alias, a reference, `Arc`, `Box` or `State` (each element of
 //! a tuple written in the parameter is checked too). A parameter is refused by what its type is,
 //! not by its name: a user's `geo::Instant`, `ClockConfig` or `IdGenerator` is accepted. Marked:
-//! std's `SystemTime` and `Instant`, tokio's `Instant`, rand 0.9's generators (feature `rand`) and
-//! uuid's `ContextV7` (with the outbox stores).
+//! std's `SystemTime` and `Instant`, tokio's `Instant`, rand 0.9's generators (feature `rand`),
+//! `ulid::Generator` (feature `ulid`), `fastrand::Rng` (feature `fastrand`) and uuid's `ContextV7`
+//! (with the outbox stores).
 //!
 //! Declare your own types:
 //!
@@ -59,6 +60,10 @@ reach!(Clock, Minter, AckHandle);
 
 // rand's generators: each call hands out fresh randomness; a seeded one kept in the state advances
 // on every delivery, so it is a minter as a parameter too.
+#[cfg(feature = "ulid")]
+impl Minter for ulid::Generator {}
+#[cfg(feature = "fastrand")]
+impl Minter for fastrand::Rng {}
 #[cfg(feature = "rand")]
 impl Minter for rand::rngs::ThreadRng {}
 #[cfg(feature = "rand")]
