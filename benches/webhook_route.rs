@@ -20,7 +20,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use delivery::webhook::{Scheme, route};
 use delivery::{HandlerError, Json, State, webhook};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 

@@ -209,7 +209,6 @@ async fn main() {
     );
 
     webhooks();
-    #[cfg(feature = "sqlite")]
     relay::run().await;
 }
 
@@ -246,7 +245,8 @@ webhooks, verified over the raw body before parsing (rule 5):"
 /// Rule 6: the sending side. An order and the event announcing it are written in one transaction;
 /// the relay sends the event under the record's own id and marks it delivered only for the
 /// receiver's receipt. The first attempt fails (the receiver is "down"), the second gets through.
-#[cfg(feature = "sqlite")]
+/// (The outbox in SQLite: this workspace's examples build with `delivery-core/sqlite`; your own
+/// service enables the `sqlite` or `postgres` feature of `delivery`.)
 mod relay {
     use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
     use delivery::testing::{MemorySink, SinkFailure};

@@ -99,6 +99,8 @@
 //! | `http` | the relay's HTTP sink |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests: its receipt confirms a send that went nowhere, so enable it from `[dev-dependencies]` only |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+// docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(inline)]
 pub use delivery_core::*;
@@ -263,7 +265,7 @@ pub use delivery_macros::consumer;
 ///     .with_state(app.clone());
 ///
 /// // A delivery signed as Stripe signs it...
-/// # use hmac::Mac as _;
+/// # use hmac::{KeyInit as _, Mac as _};
 /// # use tower::ServiceExt as _;
 /// let body = r#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1","amount_paid":990}}}"#;
 /// let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
@@ -439,3 +441,9 @@ pub use delivery_macros::webhook;
 /// # Arguments
 /// `allow_clock = "why"`, `state = Type`, `crate = path`: as for [`consumer`](macro@consumer).
 pub use delivery_macros::relay;
+
+/// The README's examples, compiled (and run, unless marked `no_run`) as doc tests, so what a new
+/// user copies from it builds.
+#[cfg(all(doctest, feature = "axum", feature = "lapin", feature = "postgres"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

@@ -19,7 +19,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use delivery::webhook::{SecretOrigin, Verifier, WebhookConfigError};
 use delivery::{HandlerError, Headers, Json, State, Unit, UnitId, webhook};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
 use tower::ServiceExt as _;

@@ -27,7 +27,7 @@ use base64::engine::general_purpose::STANDARD;
 use criterion::{Criterion, Throughput};
 use delivery_core::testing::Signer;
 use delivery_core::webhook::{Scheme, Verifier};
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
 

@@ -3,7 +3,6 @@
 //! A parameter type that is not an extractor does not compile. Clocks and id minters are never
 //! extractors: the time and the identity of what a handler writes come from the unit (rule 3).
 
-use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 use serde::de::DeserializeOwned;
@@ -12,7 +11,8 @@ use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// Why a unit could not be turned into a handler's parameters. Such a unit never reaches the
 /// handler: it goes to the dead letter with reason `malformed`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct Malformed(String);
 
 impl Malformed {
@@ -26,14 +26,6 @@ impl Malformed {
         &self.0
     }
 }
-
-impl fmt::Display for Malformed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Malformed {}
 
 /// A handler parameter resolved from the delivered unit and the consumer's shared state `S`.
 ///

@@ -27,6 +27,8 @@
 //! | `kafka` | Kafka through rdkafka: [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+// docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod consumer;
 pub mod dead_letter;
@@ -68,7 +70,7 @@ pub use handler::{Handler, IntoOutcome};
 pub use marker::{AckHandle, Clock, Minter};
 pub use outbox::{OutboxRecord, Receipt, RecordId};
 pub use stopwatch::Stopwatch;
-pub use transport::{Settle, Source, TransportError};
+pub use transport::{Settle, Source, TransportError, TransportErrorKind};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// The RabbitMQ client, re-exported so its version always matches this crate's.

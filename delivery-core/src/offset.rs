@@ -34,7 +34,6 @@
 //! ```
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fmt;
 
 /// Why a [`Watermark`] refused an offset. The offsets come from outside (the broker, the
 /// runtime), so a wrong one is reported, never a panic.
@@ -50,12 +49,13 @@ use std::fmt;
 /// assert_eq!(watermark.track(7), Err(OffsetError::NotIncreasing { offset: 7, last: 7 }));
 /// # Ok::<(), OffsetError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OffsetError {
     /// [`track`](Watermark::track) was given an offset at or below the last one tracked: a
     /// partition delivers its units in increasing offset order, so this is a new assignment that
     /// needs a new watermark (after [`Watermarks::revoke`]), not more of the same one.
+    #[error("offset {offset} tracked after offset {last}: offsets of a partition must increase")]
     NotIncreasing {
         /// The offset refused.
         offset: u64,
@@ -64,46 +64,26 @@ pub enum OffsetError {
     },
     /// [`finish`](Watermark::finish) was given an offset that is not in flight: never tracked (a
     /// gap), or already final and passed by the watermark.
+    #[error("offset {offset} is not in flight")]
     NotTracked {
         /// The offset refused.
         offset: u64,
     },
     /// [`finish`](Watermark::finish) was given an offset whose disposition is already final but
     /// that an earlier unit still holds behind the watermark: finished twice.
+    #[error("the disposition of offset {offset} is already final")]
     AlreadyFinal {
         /// The offset refused.
         offset: u64,
     },
     /// [`Watermarks::finish`] named a partition with no watermark: never assigned, or revoked
     /// since (its units are delivered again to the partition's new owner; do not commit them).
+    #[error("offset {offset} belongs to a partition not assigned (or revoked)")]
     NotAssigned {
         /// The offset refused.
         offset: u64,
     },
 }
-
-impl fmt::Display for OffsetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotIncreasing { offset, last } => write!(
-                f,
-                "offset {offset} tracked after offset {last}: offsets of a partition must increase"
-            ),
-            Self::NotTracked { offset } => write!(f, "offset {offset} is not in flight"),
-            Self::AlreadyFinal { offset } => {
-                write!(f, "the disposition of offset {offset} is already final")
-            }
-            Self::NotAssigned { offset } => {
-                write!(
-                    f,
-                    "offset {offset} belongs to a partition not assigned (or revoked)"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for OffsetError {}
 
 /// The commit watermark of one partition: the offsets of units in flight, and the offset that
 /// may be committed — one past the contiguous run of units whose disposition is final.

@@ -7,7 +7,6 @@
 //! composes the primitives.
 
 use std::error::Error as StdError;
-use std::fmt;
 use std::future::Future;
 use std::num::NonZeroU32;
 
@@ -157,57 +156,269 @@ impl KeepAlive {
     }
 }
 
-/// A failure of the transport itself (a lost connection, an unconfirmed publish).
+/// A failure of the transport itself (a lost connection, an unconfirmed publish), with what was
+/// being done and a [`kind`](TransportError::kind) to match on.
+///
+/// ```
+/// use delivery_core::transport::{TransportError, TransportErrorKind};
+///
+/// let lost = TransportError::new(
+///     "consuming",
+///     std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+/// );
+/// assert_eq!(lost.kind(), TransportErrorKind::ConnectionLost);
+/// assert!(lost.is_transient());
+///
+/// let nacked = TransportError::msg("publishing", "the broker nacked the publish")
+///     .with_kind(TransportErrorKind::NotConfirmed);
+/// assert_eq!(nacked.to_string(), "publishing: the broker nacked the publish");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {message}")]
 pub struct TransportError {
     context: &'static str,
-    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+    kind: TransportErrorKind,
     message: String,
+    #[source]
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+/// What kind of failure a [`TransportError`] is: whether waiting helps, and who must act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportErrorKind {
+    /// The connection to the server is lost, or could not be made (refused, reset, timed out, a
+    /// missed heartbeat): the operation may pass once the server is back. Sources reconnect.
+    #[error("connection lost")]
+    ConnectionLost,
+    /// A publish the server did not confirm (a publisher-confirm `nack`, a message returned
+    /// unroutable, no confirm or delivery report in time): it may or may not be held, so the
+    /// sender keeps its copy and tries again (rule 6).
+    #[error("not confirmed")]
+    NotConfirmed,
+    /// The server refused the operation (access refused, not found, a precondition failed, a
+    /// command error): trying again as it is will not pass.
+    #[error("refused by the server")]
+    Refused,
+    /// The client or topology is configured wrongly (a bad URL or credentials, a client property
+    /// the library rejects, a queue declared with other arguments): fix the configuration.
+    #[error("misconfigured")]
+    Misconfigured,
+    /// Anything else (an unexpected reply, an operation on something this client does not own).
+    #[error("transport failure")]
+    Other,
 }
 
 impl TransportError {
-    /// A failure while doing `context`, caused by `source`.
+    /// A failure while doing `context`, caused by `source`. The kind is read off the source's
+    /// type where it is a client's error the crate knows (`std::io::Error`, and under their
+    /// features lapin's, redis's and rdkafka's errors), anywhere in its chain of causes;
+    /// [`Other`](TransportErrorKind::Other) otherwise.
     pub fn new(context: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
         TransportError {
             context,
+            kind: classify::chain(&source),
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
     }
 
-    /// A failure while doing `context`, described by `message`.
+    /// A failure while doing `context`, described by `message`, of kind
+    /// [`Other`](TransportErrorKind::Other) until [`with_kind`](Self::with_kind) says otherwise.
     pub fn msg(context: &'static str, message: impl Into<String>) -> Self {
         TransportError {
             context,
+            kind: TransportErrorKind::Other,
             message: message.into(),
             source: None,
         }
+    }
+
+    /// The same failure, of kind `kind`.
+    pub fn with_kind(mut self, kind: TransportErrorKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// What was being done.
     pub fn context(&self) -> &'static str {
         self.context
     }
-}
 
-impl fmt::Debug for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransportError")
-            .field("context", &self.context)
-            .field("message", &self.message)
-            .finish()
+    /// What kind of failure this is.
+    pub fn kind(&self) -> TransportErrorKind {
+        self.kind
+    }
+
+    /// Whether trying again later may pass: a lost connection or an unconfirmed publish.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            TransportErrorKind::ConnectionLost | TransportErrorKind::NotConfirmed
+        )
     }
 }
 
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.context, self.message)
-    }
+/// The kind of `error` as [`TransportError::new`] reads it, for a failure described otherwise.
+pub(crate) fn kind_of(error: &(dyn StdError + 'static)) -> TransportErrorKind {
+    classify::chain(error)
 }
 
-impl StdError for TransportError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
+/// The kind of a client's error, read off its type: the one place that knows each client's errors.
+mod classify {
+    use std::error::Error as StdError;
+    use std::io;
+
+    use super::TransportErrorKind as Kind;
+
+    /// The first cause in `error`'s chain whose kind is known, or `Other`.
+    pub(super) fn chain(error: &(dyn StdError + 'static)) -> Kind {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if let Some(kind) = one(error) {
+                return kind;
+            }
+            next = error.source();
+        }
+        Kind::Other
+    }
+
+    fn one(error: &(dyn StdError + 'static)) -> Option<Kind> {
+        if let Some(error) = error.downcast_ref::<super::TransportError>() {
+            return Some(error.kind);
+        }
+        if let Some(error) = error.downcast_ref::<io::Error>() {
+            return Some(io_kind(error));
+        }
+        #[cfg(feature = "lapin")]
+        if let Some(error) = error.downcast_ref::<lapin::Error>() {
+            return lapin_kind(error);
+        }
+        #[cfg(feature = "redis")]
+        if let Some(error) = error.downcast_ref::<redis::RedisError>() {
+            return Some(redis_kind(error));
+        }
+        #[cfg(feature = "kafka")]
+        if let Some(error) = error.downcast_ref::<rdkafka::error::KafkaError>() {
+            return Some(kafka_kind(error));
+        }
+        #[cfg(feature = "nats")]
+        if let Some(kind) = nats_kind(error) {
+            return Some(kind);
+        }
+        None
+    }
+
+    fn io_kind(error: &io::Error) -> Kind {
+        use io::ErrorKind as E;
+        match error.kind() {
+            E::PermissionDenied => Kind::Refused,
+            E::InvalidInput | E::AddrNotAvailable => Kind::Misconfigured,
+            _ => Kind::ConnectionLost,
+        }
+    }
+
+    #[cfg(feature = "lapin")]
+    fn lapin_kind(error: &lapin::Error) -> Option<Kind> {
+        use lapin::ErrorKind as E;
+        use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+        Some(match error.kind() {
+            E::IOError(io) | E::RuntimeShutdownError(io) => io_kind(io),
+            E::InvalidConnectionState(_)
+            | E::InvalidChannelState(..)
+            | E::MissingHeartbeatError => Kind::ConnectionLost,
+            E::AuthProviderError(_) | E::InvalidProtocolVersion(_) | E::NoDefaultRuntime => {
+                Kind::Misconfigured
+            }
+            E::ProtocolError(amqp) => match amqp.kind() {
+                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) => Kind::Misconfigured,
+                AMQPErrorKind::Soft(_) => Kind::Refused,
+                AMQPErrorKind::Hard(AMQPHardError::CONNECTIONFORCED) => Kind::ConnectionLost,
+                AMQPErrorKind::Hard(_) => Kind::Refused,
+            },
+            _ => return None,
+        })
+    }
+
+    #[cfg(feature = "nats")]
+    fn nats_kind(error: &(dyn StdError + 'static)) -> Option<Kind> {
+        use async_nats::jetstream::context::{PublishError, PublishErrorKind as P};
+        use async_nats::{ConnectError, ConnectErrorKind as C};
+        if let Some(error) = error.downcast_ref::<ConnectError>() {
+            return Some(match error.kind() {
+                C::Io | C::TimedOut | C::Dns | C::MaxReconnects => Kind::ConnectionLost,
+                C::Authentication | C::AuthorizationViolation | C::Tls | C::ServerParse => {
+                    Kind::Misconfigured
+                }
+            });
+        }
+        let error = error.downcast_ref::<PublishError>()?;
+        Some(match error.kind() {
+            P::BrokenPipe => Kind::ConnectionLost,
+            P::TimedOut | P::MaxAckPending | P::Other => Kind::NotConfirmed,
+            P::StreamNotFound => Kind::Misconfigured,
+            P::WrongLastMessageId | P::WrongLastSequence | P::MaxPayloadExceeded => Kind::Refused,
+        })
+    }
+
+    #[cfg(feature = "redis")]
+    fn redis_kind(error: &redis::RedisError) -> Kind {
+        use redis::ErrorKind as E;
+        if error.is_io_error()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+            || error.is_timeout()
+        {
+            return Kind::ConnectionLost;
+        }
+        match error.kind() {
+            E::AuthenticationFailed | E::InvalidClientConfig | E::RESP3NotSupported => {
+                Kind::Misconfigured
+            }
+            E::Server(_) | E::Extension => Kind::Refused,
+            _ => Kind::Other,
+        }
+    }
+
+    #[cfg(feature = "kafka")]
+    fn kafka_kind(error: &rdkafka::error::KafkaError) -> Kind {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+        if let KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) = error {
+            return Kind::Misconfigured;
+        }
+        match error.rdkafka_error_code() {
+            Some(
+                C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::Resolve
+                | C::NetworkException
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::NotCoordinator
+                | C::CoordinatorNotAvailable
+                | C::BrokerNotAvailable,
+            ) => Kind::ConnectionLost,
+            Some(C::MessageTimedOut | C::PurgeQueue | C::PurgeInflight) => Kind::NotConfirmed,
+            Some(
+                C::InvalidConfig
+                | C::UnknownTopicOrPartition
+                | C::UnknownTopic
+                | C::UnknownPartition
+                | C::InvalidReplicationFactor
+                | C::InvalidPartitions,
+            ) => Kind::Misconfigured,
+            Some(
+                C::TopicAuthorizationFailed
+                | C::GroupAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::SaslAuthenticationFailed
+                | C::MessageSizeTooLarge
+                | C::InvalidRecord
+                | C::PolicyViolation,
+            ) => Kind::Refused,
+            _ => Kind::Other,
+        }
     }
 }

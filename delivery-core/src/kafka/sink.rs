@@ -64,7 +64,7 @@ use tracing::debug;
 
 use crate::error::HandlerError;
 use crate::outbox::{Receipt, Record};
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// The header carrying the record id: the one [`KafkaSource`](crate::kafka::KafkaSource) reads
 /// as the unit id.
@@ -225,13 +225,16 @@ impl KafkaSink {
             Ok(Err(error)) => error,
             Err(_) => {
                 debug!(record = %record.id(), ?limit, "no delivery report in time");
-                return Err(HandlerError::retry(TransportError::msg(
-                    "waiting for the delivery report",
-                    format!(
-                        "no delivery report for record {} within {limit:?}",
-                        record.id()
-                    ),
-                )));
+                return Err(HandlerError::retry(
+                    TransportError::msg(
+                        "waiting for the delivery report",
+                        format!(
+                            "no delivery report for record {} within {limit:?}",
+                            record.id()
+                        ),
+                    )
+                    .with_kind(TransportErrorKind::NotConfirmed),
+                ));
             }
         };
         debug!(record = %record.id(), topic = record.topic(), %error, "not delivered");
@@ -244,7 +247,12 @@ impl KafkaSink {
                 record.id(),
                 record.topic()
             ),
-        );
+        )
+        .with_kind(if permanent {
+            TransportErrorKind::Refused
+        } else {
+            TransportErrorKind::NotConfirmed
+        });
         Err(if permanent {
             HandlerError::reject(failure)
         } else {
@@ -369,12 +377,14 @@ fn delivery_timeout(config: &ClientConfig) -> Result<Duration, TransportError> {
         Ok(0) => Err(TransportError::msg(
             "configuring the Kafka producer",
             format!("{key}=0 would never give up on a message: give a bound in milliseconds"),
-        )),
+        )
+        .with_kind(TransportErrorKind::Misconfigured)),
         Ok(millis) => Ok(Duration::from_millis(millis)),
         Err(error) => Err(TransportError::msg(
             "configuring the Kafka producer",
             format!("{key}={value:?}: {error}"),
-        )),
+        )
+        .with_kind(TransportErrorKind::Misconfigured)),
     }
 }
 

@@ -11,7 +11,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use serde::{Deserialize, Serialize};
 
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// The settings of one consumed topic: its group, its retry and dead-letter topics, the bound on
 /// deliveries, how many returned units the source holds back and how often the commit watermark is
@@ -321,7 +321,8 @@ impl KafkaTopology {
                     return Err(TransportError::msg(
                         "creating the Kafka topics",
                         format!("topic `{topic}`: {code}"),
-                    ));
+                    )
+                    .with_kind(TransportErrorKind::Misconfigured));
                 }
             }
         }

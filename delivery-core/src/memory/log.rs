@@ -235,7 +235,8 @@ impl fmt::Display for LogPosition {
 /// let error = broker.declare_log("orders", LogConfig::default()).unwrap_err();
 /// assert!(error.to_string().contains("already declared"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
 pub struct LogDeclareError {
     topic: String,
     requested: LogConfig,
@@ -248,24 +249,20 @@ enum Existing {
     Queue(QueueConfig),
 }
 
-impl fmt::Display for LogDeclareError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl LogDeclareError {
+    fn describe(&self) -> String {
         match &self.existing {
-            Existing::Log(existing) => write!(
-                f,
+            Existing::Log(existing) => format!(
                 "log `{}` is already declared with {existing:?}, not {:?}; a log's partitions, bound and dead letter are fixed once declared",
                 self.topic, self.requested
             ),
-            Existing::Queue(existing) => write!(
-                f,
+            Existing::Queue(existing) => format!(
                 "`{}` is already declared as a queue with {existing:?}, which conflicts with the log's {:?}",
                 self.topic, self.requested
             ),
         }
     }
 }
-
-impl std::error::Error for LogDeclareError {}
 
 impl MemoryBroker {
     /// Declares the log `topic` with `config`. Declaring again with the same configuration is a

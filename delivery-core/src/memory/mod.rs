@@ -82,24 +82,15 @@ impl Default for QueueConfig {
 }
 
 /// A queue was declared again with a different configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "queue `{queue}` is already declared with {existing:?}, not {requested:?}; a queue's bound and dead letter are fixed once declared"
+)]
 pub struct DeclareError {
     queue: String,
     existing: QueueConfig,
     requested: QueueConfig,
 }
-
-impl fmt::Display for DeclareError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "queue `{}` is already declared with {:?}, not {:?}; a queue's bound and dead letter are fixed once declared",
-            self.queue, self.existing, self.requested
-        )
-    }
-}
-
-impl std::error::Error for DeclareError {}
 
 /// An in-memory broker, shared by cloning. See the [module docs](self).
 #[derive(Clone, Default)]

@@ -15,7 +15,7 @@ use super::codec::{self, last};
 use super::topology::{NatsTopology, SWEEPER};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 use crate::unit::{DeliveryCount, Unit, UnitId};
 
 /// What a sweep did ([`NatsDeadLetters::sweep`]).
@@ -415,7 +415,8 @@ impl NatsDeadLetters {
                     "the unit at sequence {} was refused as a duplicate; a later sweep moves it",
                     advisory.stream_seq
                 ),
-            ));
+            )
+            .with_kind(TransportErrorKind::NotConfirmed));
         }
         Ok(())
     }

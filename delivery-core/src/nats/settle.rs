@@ -4,7 +4,7 @@
 
 use super::codec;
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Settle, TransportError};
+use crate::transport::{Settle, TransportError, TransportErrorKind};
 use crate::unit::Unit;
 use async_nats::jetstream::AckKind;
 use async_nats::{HeaderMap, Subject};
@@ -93,7 +93,8 @@ impl NatsHandle {
             Err(TransportError::msg(
                 "publishing to the dead-letter stream",
                 "refused as a duplicate of a unit no longer in the dead letter",
-            ))
+            )
+            .with_kind(TransportErrorKind::NotConfirmed))
         }
     }
 }

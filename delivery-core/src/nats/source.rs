@@ -15,7 +15,7 @@ use super::dead_letter::NatsDeadLetters;
 use super::pull::{self, Pull};
 use super::settle::NatsHandle;
 use super::topology::NatsTopology;
-use crate::transport::{KeepAlive, Source, TransportError};
+use crate::transport::{KeepAlive, Source, TransportError, TransportErrorKind};
 use crate::unit::{DeliveryCount, Unit};
 
 /// A consumer of one JetStream stream through its durable pull consumer (see the
@@ -104,7 +104,8 @@ fn checked(
                  `AckPolicy::Explicit` (`delivery::nats::declare` does)",
                 topology.durable, topology.stream, config.ack_policy
             ),
-        ));
+        )
+        .with_kind(TransportErrorKind::Misconfigured));
     }
     let bound = u32::try_from(config.max_deliver)
         .ok()

@@ -2,12 +2,13 @@
 //! delivery bound, and the dead-letter stream — declared with the deployment from a settings
 //! struct that can live in the application's configuration.
 
-use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use serde::{Deserialize, Serialize};
+
+use crate::transport::TransportErrorKind;
 
 /// The topology of one consumed stream (rule 2: the bound and the dead letter are declared with the
 /// deployment).
@@ -378,37 +379,77 @@ impl NatsTopology {
 }
 
 /// The topology could not be declared: which step, for which name, and JetStream's answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{doing} `{name}`: {source}")]
 #[non_exhaustive]
 pub struct TopologyError {
     doing: &'static str,
     name: String,
+    kind: TransportErrorKind,
+    #[source]
     source: Box<dyn std::error::Error + Send + Sync>,
 }
 
 impl TopologyError {
-    fn new(
-        doing: &'static str,
-        name: &str,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
+    fn new<E: Classified>(doing: &'static str, name: &str, source: E) -> Self {
         TopologyError {
             doing,
             name: name.to_owned(),
+            kind: source.kind_of(),
             source: Box::new(source),
+        }
+    }
+
+    /// What kind of failure this is: [`Misconfigured`](TransportErrorKind::Misconfigured) when
+    /// JetStream refused the stream or consumer as configured (it exists with other settings, a
+    /// name or setting is invalid), [`ConnectionLost`](TransportErrorKind::ConnectionLost) when
+    /// the server did not answer.
+    pub fn kind(&self) -> TransportErrorKind {
+        self.kind
+    }
+}
+
+/// The kind of each JetStream error a declaration meets.
+trait Classified: std::error::Error + Send + Sync + 'static {
+    fn kind_of(&self) -> TransportErrorKind;
+}
+
+impl Classified for jetstream::context::CreateStreamError {
+    fn kind_of(&self) -> TransportErrorKind {
+        use jetstream::context::CreateStreamErrorKind as K;
+        match self.kind() {
+            K::TimedOut | K::JetStreamUnavailable => TransportErrorKind::ConnectionLost,
+            K::EmptyStreamName
+            | K::InvalidStreamName
+            | K::DomainAndExternalSet
+            | K::JetStream(_) => TransportErrorKind::Misconfigured,
+            K::Response | K::NotFound | K::ResponseParse => TransportErrorKind::Other,
         }
     }
 }
 
-impl fmt::Display for TopologyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} `{}`: {}", self.doing, self.name, self.source)
+impl Classified for jetstream::context::GetStreamError {
+    fn kind_of(&self) -> TransportErrorKind {
+        use jetstream::context::GetStreamErrorKind as K;
+        match self.kind() {
+            K::Request => TransportErrorKind::ConnectionLost,
+            K::EmptyName | K::InvalidStreamName | K::JetStream(_) => {
+                TransportErrorKind::Misconfigured
+            }
+        }
     }
 }
 
-impl std::error::Error for TopologyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
+impl Classified for jetstream::stream::ConsumerError {
+    fn kind_of(&self) -> TransportErrorKind {
+        use jetstream::stream::ConsumerErrorKind as K;
+        match self.kind() {
+            K::TimedOut | K::Request => TransportErrorKind::ConnectionLost,
+            K::InvalidConsumerType | K::InvalidName | K::JetStream(_) => {
+                TransportErrorKind::Misconfigured
+            }
+            _ => TransportErrorKind::Other,
+        }
     }
 }
 

@@ -61,7 +61,7 @@ use std::time::Duration;
 
 use lapin::{Connection, ConnectionProperties};
 
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// Opens a connection to `url` (`amqp://user:pass@host:port/vhost`, the vhost URL-encoded).
 ///
@@ -95,6 +95,7 @@ pub(crate) async fn connect_with(
                 "connecting to RabbitMQ",
                 format!("no answer within {ATTEMPT:?}, three times"),
             )
+            .with_kind(TransportErrorKind::ConnectionLost)
         })?
         .map_err(|e| TransportError::new("connecting to RabbitMQ", e))
 }

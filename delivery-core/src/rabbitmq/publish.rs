@@ -39,7 +39,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::debug;
 
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// How long a publish waits, in all, for the broker's confirm unless told otherwise.
 pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
@@ -114,6 +114,22 @@ pub(crate) enum Outcome {
     Unavailable(TransportError),
 }
 
+impl Outcome {
+    /// The kind of failure a publish settled this way is: anything but a confirm leaves the
+    /// sender holding its copy.
+    pub(crate) fn kind(&self) -> TransportErrorKind {
+        match self {
+            Outcome::Lost(_) => TransportErrorKind::ConnectionLost,
+            Outcome::NotConfirmMode => TransportErrorKind::Misconfigured,
+            Outcome::Unavailable(error) => error.kind(),
+            Outcome::Confirmed
+            | Outcome::Returned { .. }
+            | Outcome::Nacked
+            | Outcome::TimedOut(_) => TransportErrorKind::NotConfirmed,
+        }
+    }
+}
+
 impl ConfirmedPublisher {
     /// A publisher to the broker at `url` on a connection of its own; connects on first use.
     pub fn new(url: impl Into<Arc<str>>) -> Self {
@@ -182,7 +198,9 @@ impl ConfirmedPublisher {
                 properties,
             )
             .await;
-        let failed = |detail: String| Err(TransportError::msg("publishing", detail));
+        let kind = outcome.kind();
+        let failed =
+            |detail: String| Err(TransportError::msg("publishing", detail).with_kind(kind));
         match outcome {
             Outcome::Confirmed => Ok(()),
             Outcome::Returned { code, text } => failed(format!(
@@ -198,7 +216,8 @@ impl ConfirmedPublisher {
             Outcome::TimedOut(timeout) => Err(TransportError::msg(
                 "waiting for the publisher confirm",
                 format!("no confirm for the unit to `{queue}` within {timeout:?}"),
-            )),
+            )
+            .with_kind(kind)),
             Outcome::Unavailable(error) => Err(error),
         }
     }

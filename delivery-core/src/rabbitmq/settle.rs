@@ -5,7 +5,7 @@
 
 use super::codec::{self, text_value};
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Settle, TransportError};
+use crate::transport::{Settle, TransportError, TransportErrorKind};
 use crate::unit::Unit;
 use lapin::Acker;
 use lapin::BasicProperties;
@@ -44,7 +44,8 @@ fn sent(what: &'static str, result: lapin::Result<bool>) -> Result<(), Transport
         Ok(false) => Err(TransportError::msg(
             what,
             "not sent: the channel is closed or the delivery was already settled; the broker will deliver the unit again",
-        )),
+        )
+        .with_kind(TransportErrorKind::ConnectionLost)),
         Err(error) => Err(TransportError::new(what, error)),
     }
 }

@@ -193,8 +193,11 @@ impl RabbitSink {
             .send(exchange, routing_key, record.payload().clone(), properties)
             .await;
         debug!(record = %record.id(), topic = record.topic(), ?outcome, "publish settled");
+        let kind = outcome.kind();
         let retry = |context: &'static str, detail: String| {
-            Err(HandlerError::retry(TransportError::msg(context, detail)))
+            Err(HandlerError::retry(
+                TransportError::msg(context, detail).with_kind(kind),
+            ))
         };
         match outcome {
             Outcome::Confirmed => Ok(Receipt::confirmed(record.id().clone())),

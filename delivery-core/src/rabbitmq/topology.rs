@@ -1,13 +1,14 @@
 //! The queue topology a RabbitMQ consumer relies on, declared with the deployment from a settings
 //! struct that can live in the application's configuration.
 
-use std::fmt;
 use std::num::NonZeroU32;
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Connection, ExchangeKind};
 use serde::{Deserialize, Serialize};
+
+use crate::transport::TransportErrorKind;
 
 /// The topology of one consumed queue: a quorum queue whose delivery limit and dead-letter
 /// exchange make the broker itself bound redelivery (rule 2), and its dead-letter queue.
@@ -238,12 +239,15 @@ fn text(s: &str) -> AMQPValue {
 /// The topology could not be declared. When the broker refused a declaration because the queue
 /// exists with other arguments (`PRECONDITION_FAILED`), [`TopologyError::argument`] names the
 /// argument that differs.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{doing} `{name}`: {detail}")]
 #[non_exhaustive]
 pub struct TopologyError {
     doing: &'static str,
     name: String,
     argument: Option<String>,
+    detail: String,
+    #[source]
     source: lapin::Error,
 }
 
@@ -254,10 +258,19 @@ impl TopologyError {
             .split_once("inequivalent arg '")
             .and_then(|(_, rest)| rest.split_once('\''))
             .map(|(arg, _)| arg.to_owned());
+        let detail = match &argument {
+            Some(argument) => format!(
+                "it already exists with a different `{argument}` ({text}); a queue's arguments are \
+                 fixed once declared: change the settings back, or delete the queue (after \
+                 draining it) to redeclare it"
+            ),
+            None => text,
+        };
         TopologyError {
             doing,
             name: name.to_owned(),
             argument,
+            detail,
             source,
         }
     }
@@ -266,25 +279,14 @@ impl TopologyError {
     pub fn argument(&self) -> Option<&str> {
         self.argument.as_deref()
     }
-}
 
-impl fmt::Display for TopologyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.argument {
-            Some(argument) => write!(
-                f,
-                "{} `{}`: it already exists with a different `{argument}` ({}); a queue's \
-                 arguments are fixed once declared: change the settings back, or delete the \
-                 queue (after draining it) to redeclare it",
-                self.doing, self.name, self.source
-            ),
-            None => write!(f, "{} `{}`: {}", self.doing, self.name, self.source),
+    /// What kind of failure this is: [`Misconfigured`](TransportErrorKind::Misconfigured) when
+    /// the broker holds the queue or exchange with other arguments, else as the client's error
+    /// reads (a lost connection, access refused).
+    pub fn kind(&self) -> TransportErrorKind {
+        match self.argument {
+            Some(_) => TransportErrorKind::Misconfigured,
+            None => crate::transport::kind_of(&self.source),
         }
-    }
-}
-
-impl std::error::Error for TopologyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
     }
 }

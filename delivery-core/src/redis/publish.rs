@@ -3,7 +3,7 @@
 use ::redis::aio::ConnectionLike;
 
 use super::{FIELD_ID, FIELD_PAYLOAD};
-use crate::transport::TransportError;
+use crate::transport::{TransportError, TransportErrorKind};
 use crate::unit::Unit;
 
 /// Adds `unit` to `stream` (`XADD <stream> * id <unit id> payload <payload> <header> <value>
@@ -40,7 +40,8 @@ pub async fn publish(
             return Err(TransportError::msg(
                 "publishing (XADD)",
                 format!("the header `{name}` would be read back as the unit's own `{name}` field"),
-            ));
+            )
+            .with_kind(TransportErrorKind::Refused));
         }
         add.arg(name).arg(value.as_ref());
     }

@@ -196,7 +196,8 @@ impl RedisTopology {
                     "group `{}` on stream `{}`: {error}",
                     self.group, self.stream
                 ),
-            )),
+            )
+            .with_kind(crate::transport::kind_of(&error))),
         }
     }
 }

@@ -158,10 +158,13 @@ where
 
 /// Why a webhook's verifier could not be built: its secret is missing or unusable. Never carries
 /// the secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookConfigError {
     /// An environment variable a secret is read from is not set.
+    #[error(
+        "webhook `{webhook}` has no usable signing secret: environment variable `{var}` is not set"
+    )]
     MissingEnv {
         /// The handler's name.
         webhook: &'static str,
@@ -169,6 +172,9 @@ pub enum WebhookConfigError {
         var: &'static str,
     },
     /// An environment variable a secret is read from is set, but empty.
+    #[error(
+        "webhook `{webhook}` has no usable signing secret: environment variable `{var}` is empty"
+    )]
     EmptyEnv {
         /// The handler's name.
         webhook: &'static str,
@@ -176,6 +182,9 @@ pub enum WebhookConfigError {
         var: &'static str,
     },
     /// An environment variable a secret is read from is not valid UTF-8.
+    #[error(
+        "webhook `{webhook}` has no usable signing secret: environment variable `{var}` is not valid UTF-8"
+    )]
     NotUnicodeEnv {
         /// The handler's name.
         webhook: &'static str,
@@ -183,11 +192,15 @@ pub enum WebhookConfigError {
         var: &'static str,
     },
     /// No secret at all: the state gave none (an empty list, or `None`).
+    #[error("webhook `{webhook}` has no usable signing secret: the state gave none")]
     NoSecret {
         /// The handler's name.
         webhook: &'static str,
     },
     /// A secret the scheme cannot use (a Standard Webhooks secret that is not base64, say).
+    #[error(
+        "webhook `{webhook}` has no usable signing secret: the secret from {origin} cannot be used: {reason}"
+    )]
     Unusable {
         /// The handler's name.
         webhook: &'static str,
@@ -242,33 +255,6 @@ impl WebhookConfigError {
         }
     }
 }
-
-impl fmt::Display for WebhookConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "webhook `{}` has no usable signing secret: ",
-            self.webhook()
-        )?;
-        match self {
-            WebhookConfigError::MissingEnv { var, .. } => {
-                write!(f, "environment variable `{var}` is not set")
-            }
-            WebhookConfigError::EmptyEnv { var, .. } => {
-                write!(f, "environment variable `{var}` is empty")
-            }
-            WebhookConfigError::NotUnicodeEnv { var, .. } => {
-                write!(f, "environment variable `{var}` is not valid UTF-8")
-            }
-            WebhookConfigError::NoSecret { .. } => f.write_str("the state gave none"),
-            WebhookConfigError::Unusable { origin, reason, .. } => {
-                write!(f, "the secret from {origin} cannot be used: {reason}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for WebhookConfigError {}
 
 /// What a secret closure (`secret = |s: &App| ..`) may return: one secret, none, or several.
 #[diagnostic::on_unimplemented(

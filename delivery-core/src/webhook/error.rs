@@ -1,6 +1,5 @@
 //! Why a delivery was refused. No variant carries a secret or the body.
 
-use std::fmt;
 use std::time::Duration;
 
 use http::{HeaderName, StatusCode};
@@ -10,10 +9,11 @@ use http::{HeaderName, StatusCode};
 /// Every variant but [`Misconfigured`](VerifyError::Misconfigured) is the delivery's fault: it is
 /// rejected with nothing written and is never retried into success (rule 5). None of them carries
 /// a secret or the body, so an error can be logged as is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum VerifyError {
     /// The body is over the verifier's limit; refused before any hashing.
+    #[error("webhook body of {size} bytes is over the {limit}-byte limit")]
     BodyTooLarge {
         /// The limit, in bytes ([`Verifier::max_body`](super::Verifier::max_body)).
         limit: usize,
@@ -21,17 +21,20 @@ pub enum VerifyError {
         size: usize,
     },
     /// A header the scheme needs is absent.
+    #[error("webhook header `{header}` is missing")]
     MissingHeader {
         /// The header's name.
         header: HeaderName,
     },
     /// A header the scheme reads once is present more than once.
+    #[error("webhook header `{header}` appears more than once")]
     DuplicateHeader {
         /// The header's name.
         header: HeaderName,
     },
     /// A header is present but unreadable: not visible ASCII, bad hex or base64, a signature of
     /// the wrong length, an unparsable timestamp, a missing `t=` or `v1=`.
+    #[error("webhook header `{header}` is malformed: {reason}")]
     MalformedHeader {
         /// The header's name.
         header: HeaderName,
@@ -40,6 +43,11 @@ pub enum VerifyError {
     },
     /// The signed timestamp is further from the verifier's clock than the tolerance, in the past
     /// (a replay) or in the future.
+    #[error(
+        "webhook timestamp {timestamp} is {}, outside the tolerance of {}s",
+        skew(*.timestamp, *.now),
+        .tolerance.as_secs()
+    )]
     TimestampOutOfTolerance {
         /// The delivery's timestamp, in Unix seconds.
         timestamp: u64,
@@ -49,10 +57,12 @@ pub enum VerifyError {
         tolerance: Duration,
     },
     /// No signature in the delivery matches the body under any accepted secret.
+    #[error("webhook signature does not match the body under any accepted secret")]
     Mismatch,
     /// The verifier itself cannot verify anything: a secret that does not decode, an empty
     /// secret, or a generic scheme whose signed content names a header it does not read. Not the
     /// delivery's fault; [`Verifier::check`](super::Verifier::check) finds it at startup.
+    #[error("webhook verifier is misconfigured: {reason}")]
     Misconfigured {
         /// What is wrong.
         reason: &'static str,
@@ -93,48 +103,11 @@ impl VerifyError {
     }
 }
 
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            VerifyError::BodyTooLarge { limit, size } => {
-                write!(
-                    f,
-                    "webhook body of {size} bytes is over the {limit}-byte limit"
-                )
-            }
-            VerifyError::MissingHeader { header } => {
-                write!(f, "webhook header `{header}` is missing")
-            }
-            VerifyError::DuplicateHeader { header } => {
-                write!(f, "webhook header `{header}` appears more than once")
-            }
-            VerifyError::MalformedHeader { header, reason } => {
-                write!(f, "webhook header `{header}` is malformed: {reason}")
-            }
-            VerifyError::TimestampOutOfTolerance {
-                timestamp,
-                now,
-                tolerance,
-            } => {
-                let (skew, when) = if timestamp > now {
-                    (timestamp - now, "in the future")
-                } else {
-                    (now - timestamp, "in the past")
-                };
-                write!(
-                    f,
-                    "webhook timestamp {timestamp} is {skew}s {when}, outside the tolerance of {}s",
-                    tolerance.as_secs()
-                )
-            }
-            VerifyError::Mismatch => {
-                f.write_str("webhook signature does not match the body under any accepted secret")
-            }
-            VerifyError::Misconfigured { reason } => {
-                write!(f, "webhook verifier is misconfigured: {reason}")
-            }
-        }
+/// How far a timestamp is from the clock, and on which side.
+fn skew(timestamp: u64, now: u64) -> String {
+    if timestamp > now {
+        format!("{}s in the future", timestamp - now)
+    } else {
+        format!("{}s in the past", now - timestamp)
     }
 }
-
-impl std::error::Error for VerifyError {}

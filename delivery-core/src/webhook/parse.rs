@@ -227,92 +227,15 @@ pub(super) fn timestamp(text: &str) -> Option<u64> {
 
 /// Exactly 64 hex digits, either case.
 pub(super) fn hex_tag(text: &str) -> Option<Tag> {
-    let digits = text.as_bytes();
-    if digits.len() != 64 {
-        return None;
-    }
     let mut tag = [0; 32];
-    let mut seen = 0;
-    for (byte, pair) in tag.iter_mut().zip(digits.chunks_exact(2)) {
-        let (high, low) = (
-            HEX_DECODE[usize::from(pair[0])],
-            HEX_DECODE[usize::from(pair[1])],
-        );
-        seen |= high | low;
-        *byte = high << 4 | low;
-    }
-    // A digit is at most 0xf: anything above is `INVALID`.
-    (seen <= 0xf).then_some(tag)
+    hex::decode_to_slice(text, &mut tag).ok()?;
+    Some(tag)
 }
-
-/// The hex digits' values, either case, `INVALID` for any other byte.
-const HEX_DECODE: [u8; 256] = {
-    let digits = b"0123456789abcdef";
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < digits.len() {
-        table[digits[i] as usize] = i as u8;
-        table[digits[i].to_ascii_uppercase() as usize] = i as u8;
-        i += 1;
-    }
-    table
-};
 
 /// Padded standard base64 of exactly 32 bytes.
 pub(super) fn base64_tag(text: &[u8]) -> Option<Tag> {
-    if let Some(tag) = canonical_base64_tag(text) {
-        return Some(tag);
-    }
     // One byte of slack: the decoder wants room for its estimate (33 bytes for 44 characters).
     let mut buf = [0; 33];
     let n = STANDARD.decode_slice(text, &mut buf).ok()?;
     buf[..n].try_into().ok()
 }
-
-/// The fast path of [`base64_tag`] for the form every sender uses: 43 characters of the standard
-/// alphabet and one `=`, the last character's two unused bits zero. `None` for anything else,
-/// which the general decoder then reads (or refuses) as before: this accepts nothing it does not.
-fn canonical_base64_tag(text: &[u8]) -> Option<Tag> {
-    let text: &[u8; 44] = text.try_into().ok()?;
-    if text[43] != b'=' {
-        return None;
-    }
-    let mut sextets = [0u8; 43];
-    let mut seen = 0;
-    for (sextet, &c) in sextets.iter_mut().zip(&text[..43]) {
-        *sextet = BASE64_DECODE[usize::from(c)];
-        seen |= *sextet;
-    }
-    // A character's value is below 64 (`INVALID` is not), and the last one's two unused bits are
-    // zero.
-    if seen >= 64 || sextets[42] & 0b11 != 0 {
-        return None;
-    }
-    let mut tag = [0; 32];
-    for (bytes, quad) in tag.chunks_exact_mut(3).zip(sextets.chunks_exact(4)) {
-        let n = u32::from(quad[0]) << 18
-            | u32::from(quad[1]) << 12
-            | u32::from(quad[2]) << 6
-            | u32::from(quad[3]);
-        bytes.copy_from_slice(&n.to_be_bytes()[1..]);
-    }
-    // The last three characters: 18 bits, the top 16 of them the last two bytes.
-    let n =
-        (u32::from(sextets[40]) << 12 | u32::from(sextets[41]) << 6 | u32::from(sextets[42])) >> 2;
-    tag[30..].copy_from_slice(&n.to_be_bytes()[2..]);
-    Some(tag)
-}
-
-const INVALID: u8 = 0xff;
-
-/// The standard base64 alphabet's values, `INVALID` for any other byte.
-const BASE64_DECODE: [u8; 256] = {
-    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut table = [INVALID; 256];
-    let mut i = 0;
-    while i < alphabet.len() {
-        table[alphabet[i] as usize] = i as u8;
-        i += 1;
-    }
-    table
-};

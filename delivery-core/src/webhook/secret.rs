@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit};
 use sha2::Sha256;
 
 /// A webhook signing secret, as the provider hands it out.
