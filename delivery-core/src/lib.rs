@@ -52,6 +52,7 @@ mod runtime;
 mod stopwatch;
 pub mod store;
 pub mod testing;
+pub mod trace;
 pub mod transport;
 pub mod unit;
 pub mod webhook;
