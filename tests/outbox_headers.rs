@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use delivery::outbox::{NewRecord, Outbox, Record, Relayer, Store};
+use delivery::outbox::{NewRecord, Outbox, OutboxDatabase, Record, Relayer, Store};
 use delivery::testing::MemorySink;
 use delivery::{HandlerError, Receipt, State};
 use sqlx::{AssertSqlSafe, PgPool};
@@ -34,7 +34,21 @@ async fn relay(record: Record, State(seen): State<Seen>) -> Result<Receipt, Hand
     seen.sink.send(&record).await
 }
 
-async fn relay_all<St: Store>(store: &St, idle: impl Future<Output = ()> + Send + 'static) -> Seen {
+/// Writes `new-1` with a header beside the old record, relays both, and checks what the relay
+/// function saw.
+async fn write_then_relay<DB: OutboxDatabase, St: Store>(
+    outbox: &Outbox,
+    pool: &sqlx::Pool<DB>,
+    store: &St,
+    idle: impl Future<Output = ()> + Send + 'static,
+) {
+    let mut tx = pool.begin().await.unwrap();
+    let record = NewRecord::new("orders", "{}")
+        .id("new-1")
+        .header("x-tenant", "t-1");
+    outbox.write(&mut tx, record).await.unwrap();
+    tx.commit().await.unwrap();
+
     let seen = Seen::default();
     let report = Relayer::new(store.clone())
         .state(seen.clone())
@@ -43,14 +57,11 @@ async fn relay_all<St: Store>(store: &St, idle: impl Future<Output = ()> + Send 
         .run(relay)
         .await;
     assert_eq!(report.delivered, 2, "{report:?}");
-    seen
-}
-
-fn expected() -> Vec<Relayed> {
-    vec![
+    let expected: Vec<Relayed> = vec![
         ("old-1".into(), vec![]),
         ("new-1".into(), vec!["x-tenant=t-1".into()]),
-    ]
+    ];
+    assert_eq!(*seen.records.lock().unwrap(), expected);
 }
 
 #[tokio::test]
@@ -80,15 +91,7 @@ async fn sqlite_a_table_made_before_the_column_gets_it() {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap(); // idempotent
 
-    let mut tx = pool.begin().await.unwrap();
-    let record = NewRecord::new("orders", "{}")
-        .id("new-1")
-        .header("x-tenant", "t-1");
-    outbox.write(&mut tx, record).await.unwrap();
-    tx.commit().await.unwrap();
-
-    let seen = relay_all(&store, store.idle()).await;
-    assert_eq!(*seen.records.lock().unwrap(), expected());
+    write_then_relay(&outbox, &pool, &store, store.idle()).await;
 }
 
 #[tokio::test]
@@ -120,15 +123,7 @@ async fn postgres_a_table_made_before_the_column_gets_it() {
     store.migrate().await.unwrap();
     store.migrate().await.unwrap(); // idempotent
 
-    let mut tx = pool.begin().await.unwrap();
-    let record = NewRecord::new("orders", "{}")
-        .id("new-1")
-        .header("x-tenant", "t-1");
-    outbox.write(&mut tx, record).await.unwrap();
-    tx.commit().await.unwrap();
-
-    let seen = relay_all(&store, store.idle()).await;
-    assert_eq!(*seen.records.lock().unwrap(), expected());
+    write_then_relay(&outbox, &pool, &store, store.idle()).await;
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP TABLE {table} CASCADE; DROP FUNCTION IF EXISTS {table}_notify()"
     )))
