@@ -224,8 +224,8 @@ async fn one_trace_from_the_write_to_the_effect() {
     let consumer = run_role("consumer", &queue);
 
     let write = one_named(&writer, "place order");
-    // The default exchange (`""`), routed by the record's key to the queue.
-    let send = one_named(&relayer, "send ");
+    // To the default exchange (`""`), routed by the record's key to the queue: `send`.
+    let send = one_named(&relayer, "send");
     let process = one_named(&consumer, &format!("process {queue}"));
     let handler = one_named(&consumer, "apply order");
 

@@ -154,9 +154,11 @@ pub(crate) fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
 /// context recorded with the record (feature `opentelemetry`).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: u32) -> Span {
+    // `send {topic}`, or `send` for the default exchange (`""`), as the conventions name it.
+    let name = format!("send {}", record.topic());
     let span = tracing::info_span!(
         "delivery.relay",
-        otel.name = %format_args!("send {}", record.topic()),
+        otel.name = name.trim_end(),
         otel.kind = "producer",
         messaging.system = tracing::field::Empty,
         messaging.destination.name = record.topic(),
