@@ -30,6 +30,11 @@ CREATE TABLE IF NOT EXISTS {table} (
 -- index.
 ) WITH (fillfactor = 70);
 
+-- Headers the sinks send with the record: the W3C trace context of the span it was written in
+-- (`traceparent`, `tracestate`), as a JSON object of strings; NULL for none. Added to tables
+-- made before it.
+ALTER TABLE {table} ADD COLUMN IF NOT EXISTS headers TEXT;
+
 -- What a claim scans: pending records in created order.
 CREATE INDEX IF NOT EXISTS {name}_pending ON {table} (seq) WHERE status = 'pending';
 -- What `ordered` looks up: a key's earlier pending records.

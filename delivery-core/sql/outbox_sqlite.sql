@@ -18,7 +18,10 @@ CREATE TABLE IF NOT EXISTS {table} (
     lease_owner  TEXT,
     lease_until  INTEGER,
     created_at   INTEGER NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)),
-    delivered_at INTEGER
+    delivered_at INTEGER,
+    -- Headers the sinks send with the record: the W3C trace context of the span it was written
+    -- in, as a JSON object of strings; NULL for none. `migrate` adds it to tables made before it.
+    headers      TEXT
 );
 
 CREATE INDEX IF NOT EXISTS {name}_pending ON {table} (status, available_at);

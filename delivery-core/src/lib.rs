@@ -13,6 +13,7 @@
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
+//! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | |
 //!
 //! # Features
 //!
@@ -25,6 +26,7 @@
 //! | `postgres`, `sqlite` | outbox stores (sqlx): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
 //! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
 //! | `kafka` | Kafka through rdkafka: [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
+//! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
@@ -54,6 +56,7 @@ mod runtime;
 mod stopwatch;
 pub mod store;
 pub mod testing;
+pub mod trace;
 pub mod transport;
 pub mod unit;
 pub mod webhook;

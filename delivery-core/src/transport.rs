@@ -39,6 +39,13 @@ pub trait Source: Send + 'static {
     /// A name for logs and metrics: the queue, stream or topic.
     fn name(&self) -> &str;
 
+    /// What the spans of this source's units say about it (see [`crate::trace`]): its mechanism,
+    /// the destination read ([`name`](Source::name) by default) and its consumer group. Asked
+    /// once per run. By default the mechanism is `unknown`.
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("unknown", self.name())
+    }
+
     /// Whether a unit still being handled must be kept alive, so that the mechanism does not hand
     /// it to another consumer while its first run may still succeed (rules 1 and 3): the runtime
     /// then calls [`Settle::still_handling`] on its handle at this pace while the handler runs.

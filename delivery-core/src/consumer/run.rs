@@ -14,6 +14,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
@@ -21,6 +22,7 @@ use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
+use crate::trace::{self, Messaging};
 use crate::transport::{KeepAlive, Settle, Source, TransportError};
 use crate::unit::Unit;
 
@@ -39,6 +41,7 @@ struct Env<'a, S, H> {
     policy: &'a RedeliveryPolicy,
     counters: &'a Counters,
     holds: &'a Holds,
+    messaging: &'a Messaging,
     keep_alive: Option<KeepAlive>,
     drain_deadline: Duration,
 }
@@ -69,6 +72,7 @@ where
     });
     let counters = Counters::new(source.name());
     let holds = Holds::default();
+    let messaging = source.messaging();
     let mut report = Report::default();
     let env = Env {
         handler: &handler,
@@ -76,6 +80,7 @@ where
         policy: &policy,
         counters: &counters,
         holds: &holds,
+        messaging: &messaging,
         keep_alive: source.keep_alive(),
         drain_deadline,
     };
@@ -157,10 +162,11 @@ async fn one_at_a_time<Src, S, H>(
             }
         };
         pace.receive.succeeded();
+        // The unit's span, entered while its run and its settle are polled.
+        let span = trace::unit_span(env.messaging, &unit);
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
-            count(
-                report,
+            let settled = async {
                 settle::apply!(
                     handle,
                     &unit,
@@ -168,15 +174,16 @@ async fn one_at_a_time<Src, S, H>(
                     &disposition,
                     env.counters,
                     env.holds
-                ),
-            );
+                )
+            };
+            count(report, settled.instrument(span).await);
             continue;
         }
 
         let mut stopping = false;
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
-        let mut run = Guarded::new(make, call.as_mut());
+        let mut run = Guarded::new(make, call.as_mut()).instrument(span.clone());
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
             Poll::Pending => {
@@ -192,15 +199,15 @@ async fn one_at_a_time<Src, S, H>(
                 match waited {
                     Some(outcome) => outcome,
                     None => {
-                        count(report, abandoned(handle, &unit, env.counters).await);
+                        let settled = abandoned(handle, &unit, env.counters);
+                        count(report, settled.instrument(span).await);
                         break 'units;
                     }
                 }
             }
         };
         let disposition = settle::disposition(&outcome, &unit, env.policy);
-        count(
-            report,
+        let settled = async {
             settle::apply!(
                 handle,
                 &unit,
@@ -208,8 +215,9 @@ async fn one_at_a_time<Src, S, H>(
                 &disposition,
                 env.counters,
                 env.holds
-            ),
-        );
+            )
+        };
+        count(report, settled.instrument(span).await);
         if stopping {
             break;
         }
@@ -530,6 +538,7 @@ where
     H: Handler<S>,
     L: Settle,
 {
+    let span = trace::unit_span(env.messaging, &unit);
     async move {
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
@@ -573,4 +582,5 @@ where
             env.holds
         )
     }
+    .instrument(span)
 }

@@ -341,6 +341,14 @@ async fn produce(producer: &FutureProducer, record: &Record) -> Result<(i32, i64
             value: Some(stamp.as_str()),
         });
     }
+    // The record's headers (its trace context: see `crate::trace`).
+    let extra = crate::trace::outgoing("kafka", record);
+    for (name, value) in extra.iter() {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(&value[..]),
+        });
+    }
     let mut message = FutureRecord::to(record.topic())
         .payload(&record.payload()[..])
         .headers(headers);

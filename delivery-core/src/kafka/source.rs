@@ -867,6 +867,10 @@ impl Source for KafkaSource {
     fn name(&self) -> &str {
         &self.shared.book.topic
     }
+
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("kafka", &*self.shared.book.topic)
+    }
 }
 
 impl Drop for KafkaSource {

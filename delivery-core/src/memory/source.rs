@@ -106,6 +106,10 @@ impl Source for MemorySource {
     fn name(&self) -> &str {
         &self.queue
     }
+
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("memory", &*self.queue)
+    }
 }
 
 impl Drop for MemorySource {

@@ -235,6 +235,11 @@ impl Source for NatsSource {
         &self.topology.stream
     }
 
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("nats", &self.topology.stream)
+            .consumer_group(&self.topology.durable)
+    }
+
     /// `+WPI` every third of the server's `ack_wait` while the handler runs, up to
     /// `in_progress_limit`.
     fn keep_alive(&self) -> Option<KeepAlive> {

@@ -55,7 +55,7 @@ impl PgStore {
                    WHERE o.status = 'pending' AND o.available_at <= now() \
                      AND (o.lease_until IS NULL OR o.lease_until <= now()) {ordered} \
                    ORDER BY o.seq LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq"
+                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq, headers"
             )
         };
         let ordered = format!(
@@ -199,6 +199,9 @@ impl Store for PgStore {
                     row.try_get::<i32, _>(4)?.max(0) as u32,
                 );
                 let order = row.try_get::<i64, _>(5)?;
+                let headers = row.try_get::<Option<String>, _>(6)?;
+                let record =
+                    record.with_headers(super::record::headers_from_column(headers.as_deref()));
                 Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::HandlerError;
 use crate::extract::{Malformed, State, decode_json};
-use crate::unit::Stamp;
+use crate::unit::{Headers, Stamp};
 
 /// A record's id: fixed when the record is written, in the same transaction as the effect, and
 /// used unchanged by every attempt to relay it — as the AMQP `message_id`, the HTTP
@@ -65,6 +65,7 @@ pub struct Record {
     payload: Bytes,
     attempts: u32,
     stamp: Option<Stamp>,
+    headers: Headers,
 }
 
 impl Record {
@@ -83,12 +84,19 @@ impl Record {
             payload: payload.into(),
             attempts,
             stamp: None,
+            headers: Headers::default(),
         }
     }
 
     /// The record with its place in the outbox's order: its stamp (rule 4).
     pub fn with_stamp(mut self, stamp: Stamp) -> Self {
         self.stamp = Some(stamp);
+        self
+    }
+
+    /// Sets the headers written with the record (its trace context: see [`crate::trace`]).
+    pub fn with_headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
         self
     }
 
@@ -126,6 +134,12 @@ impl Record {
     /// its place.
     pub fn stamp(&self) -> Option<Stamp> {
         self.stamp
+    }
+
+    /// The headers written with the record: the W3C trace context (`traceparent`, `tracestate`)
+    /// of the span it was written in (feature `opentelemetry`), which sinks send on.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
     }
 }
 
@@ -298,4 +312,30 @@ impl<T> AsRef<Record> for OutboxRecord<T> {
     fn as_ref(&self) -> &Record {
         &self.record
     }
+}
+
+/// The outbox table's `headers` column: a JSON object of the headers' text values, `NULL` for
+/// none.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn headers_column(headers: &Headers) -> Option<String> {
+    if headers.is_empty() {
+        return None;
+    }
+    let text: std::collections::BTreeMap<&str, &str> = headers
+        .iter()
+        .filter_map(|(name, value)| Some((name, std::str::from_utf8(value).ok()?)))
+        .collect();
+    serde_json::to_string(&text).ok()
+}
+
+/// The headers a `headers` column holds; none for `NULL` or text that is not a JSON object of
+/// strings.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn headers_from_column(column: Option<&str>) -> Headers {
+    column
+        .and_then(|text| {
+            serde_json::from_str::<std::collections::BTreeMap<String, String>>(text).ok()
+        })
+        .map(Headers::from_pairs)
+        .unwrap_or_default()
 }

@@ -57,7 +57,7 @@ impl SqliteStore {
                    WHERE o.status = 'pending' AND o.available_at <= {NOW} \
                      AND (o.lease_until IS NULL OR o.lease_until <= {NOW}) {ordered} \
                    ORDER BY o.rowid LIMIT ?3) \
-                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, rowid"
+                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, rowid, headers"
             )
         };
         let ordered = format!(
@@ -97,6 +97,25 @@ impl SqliteStore {
         sqlx::raw_sql(AssertSqlSafe(self.table.render(MIGRATION)))
             .execute(&self.pool)
             .await?;
+        // A table made before the `headers` column gets it (SQLite has no `ADD COLUMN IF NOT
+        // EXISTS`; a concurrent migration that added it first is as good).
+        let has_headers: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('{}') WHERE name = 'headers')",
+            self.table.name
+        )))
+        .fetch_one(&self.pool)
+        .await?;
+        if !has_headers {
+            let add = format!(
+                "ALTER TABLE {} ADD COLUMN headers TEXT",
+                self.table.qualified
+            );
+            if let Err(error) = sqlx::query(AssertSqlSafe(add)).execute(&self.pool).await
+                && !error.to_string().contains("duplicate column")
+            {
+                return Err(error);
+            }
+        }
         Ok(())
     }
 
@@ -194,6 +213,9 @@ impl Store for SqliteStore {
                     row.try_get::<i64, _>(4)?.clamp(0, u32::MAX.into()) as u32,
                 );
                 let order = row.try_get::<i64, _>(5)?;
+                let headers = row.try_get::<Option<String>, _>(6)?;
+                let record =
+                    record.with_headers(super::record::headers_from_column(headers.as_deref()));
                 Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;

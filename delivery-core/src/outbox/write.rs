@@ -9,6 +9,7 @@ use serde::Serialize;
 use sqlx::Transaction;
 
 use super::record::RecordId;
+use crate::unit::Headers;
 
 /// An outbox: the table records are written to, in the writer's transaction, and relayed from.
 ///
@@ -127,6 +128,9 @@ impl Outbox {
         record: NewRecord,
     ) -> Result<RecordId, sqlx::Error> {
         let id = record.id.clone().unwrap_or_else(mint);
+        // The trace context of the span the record is written in travels with it (see
+        // `crate::trace`).
+        let headers = super::record::headers_column(&crate::trace::with_current(&record.headers));
         DB::insert(
             &mut **tx,
             &self.table.qualified,
@@ -134,6 +138,7 @@ impl Outbox {
             &record.topic,
             record.key.as_deref(),
             &record.payload,
+            headers.as_deref(),
         )
         .await?;
         Ok(id)
@@ -152,6 +157,7 @@ pub struct NewRecord {
     topic: String,
     key: Option<String>,
     payload: Bytes,
+    headers: Headers,
 }
 
 impl NewRecord {
@@ -162,6 +168,7 @@ impl NewRecord {
             topic: topic.into(),
             key: None,
             payload: payload.into(),
+            headers: Headers::default(),
         }
     }
 
@@ -184,6 +191,14 @@ impl NewRecord {
     /// the receiver's deduplication and the outbox's primary key both see a repeated write.
     pub fn id(mut self, id: impl Into<RecordId>) -> Self {
         self.id = Some(id.into());
+        self
+    }
+
+    /// Adds a header the sinks send with the record (an AMQP or Kafka header, an HTTP header).
+    /// The trace context (`traceparent`, `tracestate`) is the writer's span's (feature
+    /// `opentelemetry`), over any given here.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers = self.headers.with(name, value.into());
         self
     }
 
@@ -213,6 +228,7 @@ pub trait OutboxDatabase: sqlx::Database {
         topic: &'a str,
         key: Option<&'a str>,
         payload: &'a [u8],
+        headers: Option<&'a str>,
     ) -> InsertFuture<'a>;
 }
 
@@ -225,16 +241,19 @@ impl OutboxDatabase for sqlx::Postgres {
         topic: &'a str,
         key: Option<&'a str>,
         payload: &'a [u8],
+        headers: Option<&'a str>,
     ) -> InsertFuture<'a> {
         Box::pin(async move {
             // The table name was validated as an identifier when the outbox was built.
-            let sql =
-                format!("INSERT INTO {table} (id, topic, key, payload) VALUES ($1, $2, $3, $4)");
+            let sql = format!(
+                "INSERT INTO {table} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)"
+            );
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
                 .bind(topic)
                 .bind(key)
                 .bind(payload)
+                .bind(headers)
                 .execute(conn)
                 .await?;
             Ok(())
@@ -251,15 +270,18 @@ impl OutboxDatabase for sqlx::Sqlite {
         topic: &'a str,
         key: Option<&'a str>,
         payload: &'a [u8],
+        headers: Option<&'a str>,
     ) -> InsertFuture<'a> {
         Box::pin(async move {
-            let sql =
-                format!("INSERT INTO {table} (id, topic, key, payload) VALUES (?1, ?2, ?3, ?4)");
+            let sql = format!(
+                "INSERT INTO {table} (id, topic, key, payload, headers) VALUES (?1, ?2, ?3, ?4, ?5)"
+            );
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(id)
                 .bind(topic)
                 .bind(key)
                 .bind(payload)
+                .bind(headers)
                 .execute(conn)
                 .await?;
             Ok(())

@@ -257,13 +257,22 @@ impl RabbitSink {
         if let Some(content_type) = &self.content_type {
             properties = properties.with_content_type(content_type.clone());
         }
+        // The record's headers (its trace context: see `crate::trace`).
+        let mut headers = lapin::types::FieldTable::default();
+        for (name, value) in crate::trace::outgoing("rabbitmq", record).iter() {
+            headers.insert(
+                name.into(),
+                lapin::types::AMQPValue::LongString(value.to_vec().into()),
+            );
+        }
         if let Some(stamp) = record.stamp() {
             // The record's order, for the consumer's store guard (rule 4): RabbitMQ has none.
-            let mut headers = lapin::types::FieldTable::default();
             headers.insert(
                 crate::headers::STAMP.into(),
                 lapin::types::AMQPValue::LongLongInt(i64::try_from(stamp.0).unwrap_or(i64::MAX)),
             );
+        }
+        if !headers.inner().is_empty() {
             properties = properties.with_headers(headers);
         }
         Ok((exchange, routing_key, properties))

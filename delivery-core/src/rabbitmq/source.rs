@@ -281,6 +281,10 @@ impl Source for RabbitSource {
         &self.topology.queue
     }
 
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("rabbitmq", &self.topology.queue)
+    }
+
     /// Cancels the subscription (`basic.cancel`): the units the runtime gives back at shutdown
     /// then go to another consumer, and the broker counts their return once — not once more for
     /// a delivery to this consumer on its way out. Acknowledging what is in flight still works.

@@ -221,6 +221,11 @@ impl Source for RedisSource {
         &self.shared.stream
     }
 
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("redis", &*self.shared.stream)
+            .consumer_group(&*self.shared.group)
+    }
+
     /// `XCLAIM … JUSTID` every third of the claim idle time while the handler runs, up to
     /// `in_progress_limit_ms`.
     fn keep_alive(&self) -> Option<KeepAlive> {

@@ -436,8 +436,9 @@ where
     if let Some(stamp) = verifier.stamp(unit.payload()) {
         unit = unit.with_stamp(stamp);
     }
-    let outcome = run(handler, &unit, state).await;
-    respond(H::NAME, &unit, &outcome)
+    let span = crate::trace::webhook_span(H::NAME, &unit);
+    let outcome = tracing::Instrument::instrument(run(handler, &unit, state), span.clone()).await;
+    span.in_scope(|| respond(H::NAME, &unit, &outcome))
 }
 
 fn too_large(webhook: &str, limit: usize, declared: Option<u64>) -> Response {

@@ -168,6 +168,10 @@ impl Source for MemoryLogSource {
     fn name(&self) -> &str {
         &self.topic
     }
+
+    fn messaging(&self) -> crate::trace::Messaging {
+        crate::trace::Messaging::new("memory", &*self.topic).consumer_group(&*self.group)
+    }
 }
 
 impl Drop for MemoryLogSource {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::super::record::{Attempt, Record, Relay};
 use super::super::store::Mark;
@@ -29,6 +30,8 @@ pub(super) struct Attempts {
     pub(super) policy: RedeliveryPolicy,
     pub(super) timeout: Duration,
     pub(super) abandon: CancellationToken,
+    /// The outbox table's name, for the attempts' spans.
+    pub(super) outbox: Arc<str>,
 }
 
 /// Starts one attempt: the relay function's future (a panic while resolving its parameters is a
@@ -45,9 +48,11 @@ pub(super) fn start<S, R: Relay<S>>(
         // relay function runs again, as a consumer's unit that arrives past the bound.
         return Box::pin(std::future::ready(past_the_bound(record, attempt)));
     }
-    let call = runtime::guard(|| relay.call(&record, state));
+    // The attempt's span, its parent the trace context written with the record.
+    let span = crate::trace::relay_span(&attempts.outbox, &record, attempt);
+    let call = span.in_scope(|| runtime::guard(|| relay.call(&record, state)));
     let attempts = attempts.clone();
-    Box::pin(async move {
+    let attempt_run = async move {
         let result = match call {
             Err(panicked) => Err(panicked),
             Ok(call) => {
@@ -105,7 +110,8 @@ pub(super) fn start<S, R: Relay<S>>(
             },
         };
         Finished { mark, attempt }
-    })
+    };
+    Box::pin(attempt_run.instrument(span))
 }
 
 #[cold]

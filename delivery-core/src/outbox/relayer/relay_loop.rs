@@ -120,6 +120,7 @@ where
             },
             timeout: attempt_timeout.min(lease / 2),
             abandon: CancellationToken::new(),
+            outbox: name.clone(),
         });
         let counters = Counters::new(&name);
         let now = Instant::now();

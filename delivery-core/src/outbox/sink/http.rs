@@ -188,6 +188,15 @@ impl HttpSink {
         let mut headers = self.headers.clone();
         headers.insert(CONTENT_TYPE, self.content_type.clone());
         headers.insert(IDEMPOTENCY_KEY, key);
+        // The record's headers (its trace context, `traceparent`: see `crate::trace`).
+        for (name, value) in crate::trace::outgoing("http", record).iter() {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(value),
+            ) {
+                headers.insert(name, value);
+            }
+        }
         if let Some(stamp) = record.stamp() {
             // The record's order, for the receiver's store guard (rule 4).
             headers.insert(crate::headers::STAMP, HeaderValue::from(stamp.0));
