@@ -958,3 +958,16 @@ async fn each_outcome_is_logged_once_and_never_the_secret() {
         assert!(!log.contains(secret), "a secret reached the log: {log}");
     }
 }
+
+/// A handler that takes no state expands without a lint (`cargo clippy --all-targets` checks it).
+#[webhook(scheme = github, secret = env("WEBHOOK_AXUM_STATELESS_SECRET"))]
+async fn stateless(id: UnitId) -> Result<(), HandlerError> {
+    let _ = id;
+    Ok(())
+}
+
+#[test]
+fn a_stateless_handler_is_a_webhook_handler() {
+    fn is_handler<H: delivery::webhook::WebhookHandler<()>>(_: H) {}
+    is_handler(stateless);
+}

@@ -578,6 +578,8 @@ fn expand_webhook(
 
                 const NAME: &'static str = #name_text;
 
+                // A handler without state has `()`, returned as such.
+                #[allow(clippy::unused_unit)]
                 fn handler_state(__delivery_state: &#rs) -> #state {
                     #handler_state
                 }
