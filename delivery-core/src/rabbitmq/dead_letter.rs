@@ -74,7 +74,7 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// let report = dead.redrive(Selection::Ids(&[UnitId::new("order-42")])).await?;
 ///
 /// // The same through a connection of yours (passes open channels on it; it stays open):
-/// let connection = delivery::lapin::Connection::connect(url, Default::default()).await?;
+/// let connection = delivery::rabbitmq::connect(url).await?; // or `lapin::Connection::connect`
 /// let yours = RabbitDeadLetters::new(connection, &RabbitTopology::new("orders"));
 /// println!("{} dead", yours.count().await?);
 /// # let _ = report; Ok(()) }

@@ -117,7 +117,7 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// none (it does not block there: see [`RedisConnector`]).
 const POLL: Duration = Duration::from_millis(50);
 
-/// Where the Redis transport gets its connections: a URL, **your own** [`redis::Client`](::redis::Client)
+/// Where the Redis transport gets its connections: a URL, **your own** [`redis::Client`]
 /// (its TLS, credentials and protocol kept), or **your own** connection — a
 /// [`ConnectionManager`] (reconnecting), a [`MultiplexedConnection`], or anything
 /// [`ConnectionLike`] + `Clone` ([`shared`](Self::shared)). [`RedisSource::connect`],
