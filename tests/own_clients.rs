@@ -7,7 +7,8 @@
 //!
 //! - RabbitMQ: the test's own lapin `Connection` carries everything; the transport never closes
 //!   it, and once the test closes it, the source says it cannot redial it. A
-//!   `RabbitConnector::factory` is asked for the dead letter's connections.
+//!   `RabbitConnector::factory` is asked for the dead letter's connections; a source made from a
+//!   factory asks it again after its connection is cut (through a loopback proxy) and consumes on.
 //! - Redis: the test's own `ConnectionManager` is on database 5; the streams appear there, and
 //!   not in database 0 where a URL of the transport's own would have put them.
 //! - Kafka: the test's own rdkafka `ClientConfig` reaches every client: a property the broker
@@ -16,6 +17,8 @@
 
 #[path = "support/kafka.rs"]
 mod kafka_support;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -256,6 +259,97 @@ async fn rabbitmq_on_your_own_connection_and_factory() {
         errors[1].contains("cannot dial it again") && errors[1].contains("factory"),
         "{errors:?}"
     );
+}
+
+/// A source made from your factory reconnects by itself: every connection it carries cut (a
+/// loopback proxy between it and the broker), it asks the factory again and goes on consuming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_a_factory_is_asked_again_after_a_loss() {
+    let url = amqp_url();
+    let uri: delivery::lapin::uri::AMQPUri = url.parse().unwrap();
+    let upstream = std::net::ToSocketAddrs::to_socket_addrs(&(
+        uri.authority.host.as_str(),
+        uri.authority.port,
+    ))
+    .unwrap()
+    .next()
+    .unwrap();
+    let proxy = proxy::Proxy::start(upstream).await;
+    let mut through = uri.clone();
+    through.authority.host = proxy.address().ip().to_string();
+    through.authority.port = proxy.address().port();
+
+    let queue = format!("own-clients-factory-{}", std::process::id());
+    let topology = RabbitTopology::new(&queue);
+    let direct = Arc::new(delivery::rabbitmq::connect(&url).await.unwrap());
+    for name in [queue.clone(), topology.dead_letter_queue_name()] {
+        let channel = direct.create_channel().await.unwrap();
+        let _ = channel
+            .queue_delete(name.as_str().into(), Default::default())
+            .await;
+    }
+    delivery::rabbitmq::declare(direct.clone(), &topology)
+        .await
+        .unwrap();
+    let publisher = ConfirmedPublisher::new(direct.clone());
+    let publish = async |id: &str, order: &str| {
+        let unit = Unit::new(id, format!(r#"{{"order_id":"{order}","amount_cents":1}}"#));
+        publisher
+            .publish(
+                &queue,
+                unit.payload(),
+                delivery::rabbitmq::properties_of(&unit),
+            )
+            .await
+            .unwrap();
+    };
+
+    let dials = Arc::new(AtomicUsize::new(0));
+    let factory = RabbitConnector::factory({
+        let dials = dials.clone();
+        move || {
+            dials.fetch_add(1, Ordering::SeqCst);
+            let uri = through.clone();
+            async move { Connection::connect_uri(uri, ConnectionProperties::default()).await }
+        }
+    });
+    let source = RabbitSource::connect(factory, topology).await.unwrap();
+    let applied = Applied::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(
+        Consumer::new(source)
+            .state(applied.clone())
+            .shutdown_on(async move {
+                let _ = stopped.await;
+            })
+            .run(apply),
+    );
+    let applied_within = async |order: &str, what: &str| {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while !applied.get().contains_key(order) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: {order} not applied within 60 s (dials {})",
+                dials.load(Ordering::SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    publish("u-before", "o-10").await;
+    applied_within("o-10", "before the loss").await;
+    let dialled_before = dials.load(Ordering::SeqCst);
+    assert!(
+        proxy.drop_all(Duration::from_secs(1)) >= 1,
+        "the source's connection went through the proxy"
+    );
+    publish("u-after", "o-11").await;
+    applied_within("o-11", "after the loss").await;
+    assert!(
+        dials.load(Ordering::SeqCst) > dialled_before,
+        "the factory was asked again ({dialled_before} before the loss)"
+    );
+    let _ = stop.send(());
+    consumer.await.unwrap();
 }
 
 fn redis_url(db: u32) -> String {
