@@ -9,8 +9,9 @@
 //!   it, and once the test closes it, the source says it cannot redial it. A
 //!   `RabbitConnector::factory` is asked for the dead letter's connections; a source made from a
 //!   factory asks it again after its connection is cut (through a loopback proxy) and consumes on.
-//! - Redis: the test's own `ConnectionManager` is on database 5; the streams appear there, and
-//!   not in database 0 where a URL of the transport's own would have put them.
+//! - Redis: the test's own `ConnectionManager` is on database 5, its own `redis::Client` on
+//!   database 6; the streams appear there, and not in database 0 where the default URL would have
+//!   put them.
 //! - Kafka: the test's own rdkafka `ClientConfig` reaches every client: a property the broker
 //!   refuses makes each fail, and with valid ones the whole path works.
 #![cfg(all(feature = "lapin", feature = "redis", feature = "kafka"))]
@@ -34,7 +35,7 @@ use delivery::rabbitmq::{
     ConfirmedPublisher, RabbitConnector, RabbitDeadLetters, RabbitSource, RabbitTopology,
 };
 use delivery::redis::client::aio::ConnectionManager;
-use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
+use delivery::redis::{RedisConnector, RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{
     Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, Source, State, Unit, consumer,
 };
@@ -363,15 +364,15 @@ fn redis_url(db: u32) -> String {
     format!("{base}/{db}")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_on_your_own_connection_manager() {
-    // The test's own client, on database 5: where everything must land.
-    let url = redis_url(5);
-    let client = delivery::redis::client::Client::open(url.as_str()).unwrap();
-    let manager = ConnectionManager::new(client)
-        .await
-        .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
-    let stream = format!("own-clients-{}", std::process::id());
+/// Everything through `connector`, made from the test's own client on database `db`: the
+/// streams must land there, and nothing in database 0.
+async fn redis_case(what: &str, db: u32, connector: impl Fn(&str) -> RedisConnector) {
+    let url = redis_url(db);
+    let manager =
+        ConnectionManager::new(delivery::redis::client::Client::open(url.as_str()).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
+    let stream = format!("own-clients-{what}-{}", std::process::id());
     let topology = RedisTopology::new(&stream, "billing")
         .max_deliveries(4)
         .claim_idle(Duration::from_millis(300))
@@ -386,7 +387,7 @@ async fn redis_on_your_own_connection_manager() {
             .await
             .unwrap();
     }
-    delivery::redis::declare(manager.clone(), &topology)
+    delivery::redis::declare(connector(&url), &topology)
         .await
         .unwrap();
     for unit in units() {
@@ -394,11 +395,11 @@ async fn redis_on_your_own_connection_manager() {
             .await
             .unwrap();
     }
-    let dead = RedisDeadLetters::new(manager.clone(), &topology).unwrap();
-    let source = RedisSource::connect(manager.clone(), topology)
+    let dead = RedisDeadLetters::new(connector(&url), &topology).unwrap();
+    let source = RedisSource::connect(connector(&url), topology)
         .await
         .unwrap();
-    consume_and_check("Redis", source, &dead).await;
+    consume_and_check(what, source, &dead).await;
 
     let exists = |mut connection: ConnectionManager, key: String| async move {
         redis::cmd("EXISTS")
@@ -408,16 +409,37 @@ async fn redis_on_your_own_connection_manager() {
             .unwrap()
     };
     assert_eq!(
-        exists(manager.clone(), dlq.clone()).await,
+        exists(manager, dlq.clone()).await,
         1,
-        "db 5 has the dead letter"
+        "{what}: db {db} has the dead letter"
     );
     assert_eq!(
-        exists(db0.clone(), stream.clone()).await,
+        exists(db0.clone(), stream).await,
         0,
-        "nothing in db 0"
+        "{what}: nothing in db 0"
     );
-    assert_eq!(exists(db0, dlq).await, 0, "nothing in db 0");
+    assert_eq!(exists(db0, dlq).await, 0, "{what}: nothing in db 0");
+}
+
+/// Your `ConnectionManager` (on database 5): every command on it, reads polling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_on_your_own_connection_manager() {
+    let url = redis_url(5);
+    let client = delivery::redis::client::Client::open(url.as_str()).unwrap();
+    let manager = ConnectionManager::new(client)
+        .await
+        .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
+    redis_case("manager", 5, |_| manager.clone().into()).await;
+}
+
+/// Your `redis::Client` (on database 6): the transport's own connections opened from it,
+/// blocking reads included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_from_your_own_client() {
+    redis_case("client", 6, |url| {
+        RedisConnector::client(delivery::redis::client::Client::open(url).unwrap())
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
