@@ -65,7 +65,7 @@ async fn fresh(topology: &RabbitTopology, n: u64) {
             .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
             .await;
     }
-    delivery::rabbitmq::declare(&url(), topology).await.unwrap();
+    delivery::rabbitmq::declare(url(), topology).await.unwrap();
     let ch = connection.create_channel().await.unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await

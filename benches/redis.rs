@@ -78,7 +78,7 @@ async fn fresh(topology: &RedisTopology, n: u64) {
         .query_async(&mut redis)
         .await
         .unwrap();
-    delivery::redis::declare(&url(), topology).await.unwrap();
+    delivery::redis::declare(url(), topology).await.unwrap();
     let body = br#"{"order_id":"o","customer_id":"c","amount_cents":1}"#;
     let mut i = 0;
     while i < n {
@@ -105,9 +105,7 @@ async fn through_transport(topology: &RedisTopology, n: u64, concurrency: usize)
         target: n,
         finished: Arc::new(Notify::new()),
     };
-    let source = RedisSource::connect(&url(), topology.clone())
-        .await
-        .unwrap();
+    let source = RedisSource::connect(url(), topology.clone()).await.unwrap();
     let finished = bench.finished.clone();
     measure(n, async {
         let report = Consumer::new(source)

@@ -46,7 +46,7 @@ async fn received(
             .await
             .unwrap();
     }
-    let mut source = RedisSource::connect(&redis_url(), topology.clone())
+    let mut source = RedisSource::connect(redis_url(), topology.clone())
         .await
         .unwrap();
     let mut units = Vec::with_capacity(n);

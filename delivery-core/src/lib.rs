@@ -19,13 +19,13 @@
 //!
 //! | feature | integration |
 //! |---|---|
-//! | `lapin` | RabbitMQ through lapin: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters) |
+//! | `lapin` | RabbitMQ through lapin 4: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters); your own `lapin::Connection` through `rabbitmq::RabbitConnector`; lapin re-exported as `lapin` |
 //! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
-//! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream) |
+//! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream); your own `redis::Client` or connection through `redis::RedisConnector`; redis 1.x re-exported as `redis::client` |
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
-//! | `postgres`, `sqlite` | outbox stores (sqlx): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
+//! | `postgres`, `sqlite` | outbox stores (sqlx 0.9, re-exported as `sqlx`; your own pool and transactions): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
 //! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
-//! | `kafka` | Kafka through rdkafka: [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
+//! | `kafka` | Kafka through rdkafka 0.39 (re-exported as `kafka::client`; your own `ClientConfig` through `kafka::KafkaTopology::with_client_config`): [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
@@ -83,6 +83,13 @@ pub use lapin;
 /// The NATS client, re-exported so its version always matches this crate's.
 #[cfg(feature = "nats")]
 pub use async_nats;
+
+/// sqlx (0.9), re-exported so its version always matches this crate's: the pools and
+/// transactions you hand the outbox stores ([`outbox::PgStore`], [`outbox::SqliteStore`],
+/// [`outbox::Outbox::write`]) must be sqlx 0.9's. Depend on `sqlx = "0.9"` yourself, or name
+/// its types as `delivery::sqlx::...`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use sqlx;
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

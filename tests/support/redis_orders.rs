@@ -109,7 +109,7 @@ impl Env {
     }
 
     pub fn dead_letters(&self) -> RedisDeadLetters {
-        RedisDeadLetters::new(&redis_url(), &self.topology).unwrap()
+        RedisDeadLetters::new(redis_url(), &self.topology).unwrap()
     }
 
     /// Every record in the dead letter.

@@ -40,8 +40,10 @@
 //!   client shares (security, SASL, TLS, timeouts); the consumer, the producer of returns and dead
 //!   letters, the attempts reader, the admin client of [`KafkaTopology::declare`],
 //!   [`KafkaDeadLetters`] and [`KafkaSink::from_topology`] are all built from it, each setting its
-//!   role's own keys over it. Features `kafka-ssl` and `kafka-sasl` (GSSAPI) build librdkafka with
-//!   TLS and SASL.
+//!   role's own keys over it. Bring your own rdkafka `ClientConfig` with
+//!   [`KafkaTopology::with_client_config`]: its properties become the topology's, so they reach
+//!   every one of those clients. Features `kafka-ssl` and `kafka-sasl` (GSSAPI) build librdkafka
+//!   with TLS and SASL.
 //! - **Dead letter**: past the bound, malformed or rejected, the unit is published intact to the
 //!   dead-letter topic with [`crate::headers::DEAD_LETTER_REASON`], [`crate::headers::DEAD_LETTER_DETAIL`], its
 //!   source coordinates ([`crate::headers::DEAD_LETTER_SOURCE_TOPIC`], [`crate::headers::DEAD_LETTER_SOURCE_PARTITION`],
@@ -157,8 +159,10 @@ pub use ::rdkafka as client;
 use rdkafka::ClientConfig;
 
 /// A client configuration for `brokers` with what every client of this module shares: the
-/// user's common properties ([`KafkaTopology::client`]), then `bootstrap.servers`. The one place
-/// a client's configuration starts; each role sets its own keys over it.
+/// user's common properties ([`KafkaTopology::client`], which [`KafkaTopology::with_client_config`]
+/// fills from the user's own `ClientConfig`), then `bootstrap.servers`. The one place a client's
+/// configuration starts — the consumer, the producers, the attempts reader, the admin client,
+/// the dead letter's reader and the relay's sink — each role setting its own keys over it.
 fn config(brokers: &str, common: &std::collections::BTreeMap<String, String>) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in common {

@@ -160,9 +160,7 @@ impl KafkaSink {
     /// producer is created now; it connects in the background, so an unreachable cluster is not
     /// an error here but a send that fails as a retry.
     pub fn new(bootstrap_servers: &str) -> Result<Self, TransportError> {
-        let mut config = ClientConfig::new();
-        config.set("bootstrap.servers", bootstrap_servers);
-        KafkaSink::with_config(config)
+        KafkaSink::with_config(super::config(bootstrap_servers, &Default::default()))
     }
 
     /// A sink producing to `bootstrap_servers` with the common client properties of `topology`

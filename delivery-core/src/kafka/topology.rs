@@ -186,6 +186,48 @@ impl KafkaTopology {
         self
     }
 
+    /// Takes every property of your own rdkafka `config` (the one your other Kafka clients are
+    /// built from: `security.protocol`, `sasl.*`, `ssl.*`, `client.id`, timeouts) as a
+    /// [`client_property`](Self::client_property), so it reaches every client this transport
+    /// makes — the consumer, the producer of returns and dead letters, the attempts reader, the
+    /// admin client of [`declare`](Self::declare), [`KafkaDeadLetters`](super::KafkaDeadLetters)
+    /// and [`KafkaSink::from_topology`](super::KafkaSink::from_topology) — and stays in the
+    /// topology when it is serialized. Its `bootstrap.servers` is not taken: the brokers are the
+    /// argument each of those is given. Keep role-specific settings of your own clients
+    /// (`transactional.id`, a producer's or consumer's tuning) out of it; the keys a role needs
+    /// (`group.id`, `enable.auto.commit`, `acks`, `enable.idempotence`) are set over these anyway.
+    /// Secrets are taken too (`sasl.password`): keep a topology holding them out of logs, as
+    /// its `Debug` and its serialization show them. rdkafka's `ClientConfig` is re-exported as
+    /// `delivery::kafka::client::ClientConfig`.
+    ///
+    /// ```
+    /// use delivery::kafka::KafkaTopology;
+    /// use delivery::kafka::client::ClientConfig;
+    ///
+    /// let mut yours = ClientConfig::new();
+    /// yours
+    ///     .set("bootstrap.servers", "kafka-1.internal:9093")
+    ///     .set("security.protocol", "sasl_ssl")
+    ///     .set("sasl.mechanism", "PLAIN")
+    ///     .set("client.id", "billing");
+    /// let topology = KafkaTopology::new("orders", "billing").with_client_config(&yours);
+    /// let every_client = topology.client_config("kafka-1.internal:9093");
+    /// assert_eq!(every_client.get("security.protocol"), Some("sasl_ssl"));
+    /// assert_eq!(every_client.get("client.id"), Some("billing"));
+    /// ```
+    pub fn with_client_config(mut self, config: &rdkafka::ClientConfig) -> Self {
+        // `config_map` hides secrets (`sasl.password`, ...) behind a placeholder: values are read
+        // with `get`, which does not.
+        for key in config.config_map().into_keys() {
+            if let Some(value) = config.get(key)
+                && key != "bootstrap.servers"
+            {
+                self.client.insert(key.to_owned(), value.to_owned());
+            }
+        }
+        self
+    }
+
     /// A librdkafka configuration for `brokers` with the [`client`](Self::client) properties:
     /// what every client of this transport starts from.
     pub fn client_config(&self, brokers: &str) -> rdkafka::ClientConfig {

@@ -11,6 +11,30 @@
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
 //! | [`sink`] | where a relay function sends: RabbitMQ, Kafka, HTTP (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
 //!
+//! **Your own database client.** The stores and [`Outbox::write`] take your sqlx pool and your
+//! transaction, so your connect options, TLS and pool settings are kept. They must be **sqlx
+//! 0.9**'s (a pool of another sqlx major is another type and does not compile): depend on
+//! `sqlx = "0.9"` with the driver you use, or name its types through the re-export
+//! [`delivery::sqlx`](crate::sqlx).
+//!
+//! ```no_run
+//! # #[cfg(feature = "postgres")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use delivery::outbox::{NewRecord, Outbox};
+//! use delivery::sqlx::postgres::PgPoolOptions;
+//!
+//! // Your pool, with your settings.
+//! let pool = PgPoolOptions::new().max_connections(8).connect("postgres://localhost/app").await?;
+//! let outbox = Outbox::new();
+//! let store = outbox.postgres(pool.clone());
+//! store.migrate().await?;
+//! let mut tx = pool.begin().await?;
+//! // ... your own writes in `tx` ...
+//! outbox.write(&mut tx, NewRecord::new("orders.events", &b"{}"[..])).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! The table (`delivery-core/sql/outbox_postgres.sql`, `outbox_sqlite.sql`) keeps per record: its
 //! id (fixed at write time), topic, key, payload, status (`pending`, `delivered`, `dead`), failed
 //! attempts, last error, when it is available again (backoff), the lease (owner, until), the

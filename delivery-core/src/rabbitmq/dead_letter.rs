@@ -2,16 +2,16 @@
 //! read with `basic.get` without acknowledgement, and the depth gauge.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Acker, BasicProperties, Channel, Connection};
+use lapin::{Acker, BasicProperties, Channel};
 
 use super::codec::{self, as_text, as_u64, get};
 use super::publish::ConfirmedPublisher;
 use super::topology::RabbitTopology;
+use super::{Leased, RabbitConnector};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::headers;
@@ -21,7 +21,8 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// The dead letter of one queue, for an operator: it implements [`DeadLetters`].
 ///
 /// A queue has no random access, so every operation is a **pass** over the whole dead-letter
-/// queue, on a connection of its own: every unit the queue holds when the pass starts is taken
+/// queue, on a channel of its own — on a connection of its own when made from a URL, or on your
+/// connection ([`RabbitConnector`]), left open: every unit the queue holds when the pass starts is taken
 /// from the head with `basic.get` without acknowledgement; those removed (redriven or purged) are
 /// acknowledged, and the others are handed back when the pass's channel closes. Taking them all
 /// is what keeps their order: a classic queue puts a handed-back unit back where it was; a quorum
@@ -71,11 +72,16 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 ///     println!("{record}");
 /// }
 /// let report = dead.redrive(Selection::Ids(&[UnitId::new("order-42")])).await?;
+///
+/// // The same through a connection of yours (passes open channels on it; it stays open):
+/// let connection = delivery::rabbitmq::connect(url).await?; // or `lapin::Connection::connect`
+/// let yours = RabbitDeadLetters::new(connection, &RabbitTopology::new("orders"));
+/// println!("{} dead", yours.count().await?);
 /// # let _ = report; Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct RabbitDeadLetters {
-    url: Arc<str>,
+    connector: RabbitConnector,
     queue: String,
     dead_letter_queue: String,
     /// The most deliveries the topology allows: the delivery on which the broker dead-letters a
@@ -87,10 +93,11 @@ pub struct RabbitDeadLetters {
 const HANDED_BACK: Duration = Duration::from_secs(5);
 
 impl RabbitDeadLetters {
-    /// The dead letter of `topology.queue` on the broker at `url`.
-    pub fn new(url: impl Into<Arc<str>>, topology: &RabbitTopology) -> Self {
+    /// The dead letter of `topology.queue` through `connector`: a URL, your own lapin
+    /// `Connection` or a factory ([`RabbitConnector`]).
+    pub fn new(connector: impl Into<RabbitConnector>, topology: &RabbitTopology) -> Self {
         RabbitDeadLetters {
-            url: url.into(),
+            connector: connector.into(),
             queue: topology.queue.clone(),
             dead_letter_queue: topology.dead_letter_queue_name(),
             max_deliveries: topology.max_deliveries(),
@@ -107,12 +114,12 @@ impl RabbitDeadLetters {
         })
     }
 
-    async fn open(&self) -> Result<(Connection, Channel), TransportError> {
-        let connection = super::connect(&self.url).await?;
+    async fn open(&self) -> Result<(Leased, Channel), TransportError> {
+        let connection = self.connector.open().await?;
         match connection.create_channel().await {
             Ok(channel) => Ok((connection, channel)),
             Err(error) => {
-                super::close(&connection, "done").await;
+                connection.close("done").await;
                 Err(TransportError::new("opening a channel", error))
             }
         }
@@ -146,7 +153,8 @@ impl RabbitDeadLetters {
                 position: 0,
             }),
             Err(error) => {
-                super::close(&connection, "done").await;
+                super::close_channel(&channel, "done").await;
+                connection.close("done").await;
                 Err(error)
             }
         }
@@ -211,7 +219,7 @@ impl RabbitDeadLetters {
 
 /// A pass over the dead-letter queue (see [`RabbitDeadLetters`]).
 struct Pass {
-    connection: Connection,
+    connection: Leased,
     channel: Channel,
     /// Units still to take of those the queue held when the pass started: a pass takes them
     /// all.
@@ -308,7 +316,7 @@ impl Pass {
                 }
             }
         }
-        super::close(&self.connection, "pass done").await;
+        self.connection.close("pass done").await;
     }
 }
 
@@ -323,7 +331,8 @@ impl DeadLetters for RabbitDeadLetters {
     async fn count(&self) -> Result<u64, TransportError> {
         let (connection, channel) = self.open().await?;
         let ready = self.ready(&channel).await;
-        super::close(&connection, "done").await;
+        super::close_channel(&channel, "done").await;
+        connection.close("done").await;
         let depth = ready?;
         crate::dead_letter::depth::record(&self.dead_letter_queue, depth);
         Ok(depth)
@@ -376,7 +385,7 @@ impl DeadLetters for RabbitDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        let publisher = ConfirmedPublisher::new(self.url.clone());
+        let publisher = ConfirmedPublisher::new(self.connector.clone());
         let redriven = self
             .with_pass(async |pass| {
                 let mut redriven = Vec::new();

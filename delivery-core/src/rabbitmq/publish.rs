@@ -32,13 +32,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::ShortString;
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, PublisherConfirm,
-};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, PublisherConfirm};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::debug;
 
+use super::{Leased, RabbitConnector};
 use crate::transport::{TransportError, TransportErrorKind};
 
 /// How long a publish waits, in all, for the broker's confirm unless told otherwise.
@@ -54,9 +53,10 @@ const PUBLISH_BATCH: usize = 64;
 /// `basic.ack` of a publish the broker did not return (every publish is `mandatory`, so an
 /// unroutable one comes back and fails). Cloning is cheap; clones share the channel and window.
 ///
-/// Made with [`new`](Self::new), it keeps its own connection (publishing and consuming on
-/// separate connections, so the broker's flow control on one never stalls the other), dialled on
-/// first use and redialled after a loss. Publishes are pipelined on one confirm channel; returns
+/// Made with [`new`](Self::new) from a URL or a factory, it keeps its own connection (publishing
+/// and consuming on separate connections, so the broker's flow control on one never stalls the
+/// other), dialled on first use and redialled after a loss; from your own connection, it publishes
+/// on yours ([`RabbitConnector`]). Publishes are pipelined on one confirm channel; returns
 /// are charged by (exchange, routing key, `message_id`), and two publishes with the same key are
 /// never in flight at once (the second waits for the first), so a returned publish is never
 /// reported confirmed because a neighbour's confirm carried its return. Each publish waits at most
@@ -78,21 +78,14 @@ impl fmt::Debug for ConfirmedPublisher {
 }
 
 struct Shared {
-    origin: Origin,
+    connector: RabbitConnector,
     open: Mutex<Opened>,
     generation: AtomicU64,
 }
 
-enum Origin {
-    /// The publisher dials the broker itself and redials after a loss.
-    Url(Arc<str>, ConnectionProperties),
-    /// The caller's connection; the publisher opens channels on it.
-    Connection(Arc<Connection>),
-}
-
 #[derive(Default)]
 struct Opened {
-    connection: Option<Connection>,
+    connection: Option<Leased>,
     lane: Option<Arc<Lane>>,
 }
 
@@ -131,25 +124,28 @@ impl Outcome {
 }
 
 impl ConfirmedPublisher {
-    /// A publisher to the broker at `url` on a connection of its own; connects on first use.
-    pub fn new(url: impl Into<Arc<str>>) -> Self {
-        ConfirmedPublisher::dialling(url.into(), ConnectionProperties::default())
-    }
-
-    /// A publisher on a connection of its own to `url`, dialled (and redialled) with `properties`.
-    pub(crate) fn dialling(url: Arc<str>, properties: ConnectionProperties) -> Self {
-        ConfirmedPublisher::with_origin(Origin::Url(url, properties))
-    }
-
-    /// A publisher opening its channels on the caller's `connection`.
-    pub(crate) fn on(connection: Arc<Connection>) -> Self {
-        ConfirmedPublisher::with_origin(Origin::Connection(connection))
-    }
-
-    fn with_origin(origin: Origin) -> Self {
+    /// A publisher through `connector`; connects on first use. From a URL (or a factory), it
+    /// publishes on a connection of its own, redialled after a loss; from your
+    /// [`Connection`], it opens its confirm channel on yours (see [`RabbitConnector`]).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use delivery::lapin::{BasicProperties, Connection};
+    /// use delivery::rabbitmq::ConfirmedPublisher;
+    /// use std::sync::Arc;
+    ///
+    /// let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    /// let own = ConfirmedPublisher::new(url);
+    /// // On your own connection:
+    /// let connection = Arc::new(Connection::connect(url, Default::default()).await?);
+    /// let yours = ConfirmedPublisher::new(connection.clone());
+    /// yours.publish("orders", b"{}", BasicProperties::default()).await?;
+    /// # let _ = own; Ok(()) }
+    /// ```
+    pub fn new(connector: impl Into<RabbitConnector>) -> Self {
         ConfirmedPublisher {
             shared: Arc::new(Shared {
-                origin,
+                connector: connector.into(),
                 open: Mutex::new(Opened::default()),
                 generation: AtomicU64::new(0),
             }),
@@ -301,21 +297,16 @@ impl ConfirmedPublisher {
         }
         opened.lane = None;
         let generation = self.shared.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        let lane = match &self.shared.origin {
-            Origin::Connection(connection) => Lane::open(connection, generation).await?,
-            Origin::Url(url, properties) => {
-                let connection = match opened.connection.take() {
-                    Some(connection) if connection.status().connected() => connection,
-                    _ => {
-                        debug!("dialling RabbitMQ for a publisher");
-                        super::connect_with(url, properties.clone()).await?
-                    }
-                };
-                let lane = Lane::open(&connection, generation).await;
-                opened.connection = Some(connection);
-                lane?
+        let connection = match opened.connection.take() {
+            Some(connection) if connection.status().connected() => connection,
+            _ => {
+                debug!("opening a connection for a publisher");
+                self.shared.connector.open().await?
             }
         };
+        let lane = Lane::open(&connection, generation).await;
+        opened.connection = Some(connection);
+        let lane = lane?;
         debug!(generation, "opened a confirm channel");
         opened.lane = Some(Arc::clone(&lane));
         Ok(lane)
@@ -328,7 +319,7 @@ impl ConfirmedPublisher {
             retire(&lane, "the publisher was closed");
         }
         if let Some(connection) = opened.connection.take() {
-            super::close(&connection, "closing").await;
+            connection.close("closing").await;
         }
     }
 }

@@ -62,13 +62,13 @@
 //! ```
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::types::ShortString;
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{BasicProperties, ConnectionProperties};
 use tracing::debug;
 
+use super::RabbitConnector;
 use super::publish::{ConfirmedPublisher, Outcome};
 pub use super::publish::{DEFAULT_CONFIRM_TIMEOUT, DEFAULT_CONFIRM_WINDOW};
 use crate::error::HandlerError;
@@ -136,19 +136,29 @@ impl RabbitSink {
         url: &str,
         properties: ConnectionProperties,
     ) -> Result<Self, TransportError> {
-        RabbitSink::opened(ConfirmedPublisher::dialling(url.into(), properties)).await
+        RabbitSink::new(RabbitConnector::url_with(url, properties)).await
     }
 
-    /// A sink publishing on `connection` (pass the `Connection`, or an `Arc` of it to keep using
-    /// it elsewhere); its confirm channel is opened now and reopened on the next
-    /// [`send`](Self::send) after the broker closed it. The connection itself is the caller's: if
-    /// it is lost, sends fail until it recovers (enable lapin's
-    /// `ConnectionProperties::enable_auto_recover`, or use [`connect`](Self::connect)).
-    pub async fn new(connection: impl Into<Arc<Connection>>) -> Result<Self, TransportError> {
-        RabbitSink::opened(ConfirmedPublisher::on(connection.into())).await
-    }
-
-    async fn opened(publisher: ConfirmedPublisher) -> Result<Self, TransportError> {
+    /// A sink publishing through `connector` ([`RabbitConnector`]): your own `Connection` (pass
+    /// it, or an `Arc` of it to keep using it elsewhere), a factory of yours, or a URL. Its
+    /// confirm channel is opened now and reopened on the next [`send`](Self::send) after the
+    /// broker closed it. A connection of yours stays yours: if it is lost, sends fail (as
+    /// retries) until lapin recovers it (`ConnectionProperties::enable_auto_recover`); a factory
+    /// is asked for a new one.
+    ///
+    /// ```no_run
+    /// use delivery::lapin::{Connection, ConnectionProperties};
+    /// use delivery::outbox::sink::RabbitSink;
+    /// use std::sync::Arc;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let properties = ConnectionProperties::default().with_connection_name("orders relay".into());
+    /// let connection = Arc::new(Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", properties).await?);
+    /// let sink = RabbitSink::new(connection.clone()).await?;
+    /// # let _ = sink; Ok(()) }
+    /// ```
+    pub async fn new(connector: impl Into<RabbitConnector>) -> Result<Self, TransportError> {
+        let publisher = ConfirmedPublisher::new(connector);
         publisher.open().await?;
         Ok(RabbitSink {
             publisher,

@@ -14,6 +14,8 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 
+use super::{Leased, RabbitConnector};
+
 use super::codec::{self};
 use super::publish::ConfirmedPublisher;
 use super::settle::RabbitHandle;
@@ -28,8 +30,16 @@ use crate::unit::Unit;
 /// reopens them, after the wait the consumer runtime keeps between failed receives (jittered, growing to 6.4 s); the broker
 /// redelivers whatever was unacknowledged. Dropping the source closes its connection, which
 /// cancels the consumer and hands its unacknowledged units back to the broker.
+///
+/// **On your own connection** ([`RabbitConnector`]) the source consumes on a channel of its own
+/// and publishes its dead-letter copies on another, both on yours; dropping it closes its
+/// channels (which hands its unacknowledged units back), never your connection. It cannot redial
+/// your connection: while it is down, each `receive` fails with a [`TransportError`] saying so,
+/// and the source consumes again once lapin has recovered it (`enable_auto_recover`). Give a
+/// [`RabbitConnector::factory`] instead to have the source ask your factory for a new connection
+/// after each loss.
 pub struct RabbitSource {
-    url: Arc<str>,
+    connector: RabbitConnector,
     topology: RabbitTopology,
     live: Option<Live>,
     /// The connection was lost and is being reopened (for the log line once it is back).
@@ -42,7 +52,7 @@ struct Live {
     // Field order is drop order: the consumer, then its channel, then the connection.
     consumer: lapin::Consumer,
     channel: Channel,
-    connection: Connection,
+    connection: Leased,
 }
 
 pub(super) struct Shared {
@@ -60,32 +70,49 @@ pub(super) struct Shared {
 }
 
 impl RabbitSource {
-    /// A source of `topology.queue` at `url`, connected and consuming before it returns, so a
-    /// wrong URL or a missing queue fails at start. Declare the topology first
+    /// A source of `topology.queue` through `connector` — a URL, or your own lapin
+    /// `Connection` or factory ([`RabbitConnector`]) — connected and consuming before it
+    /// returns, so a wrong URL or a missing queue fails at start. Declare the topology first
     /// ([`super::declare`]).
+    ///
+    /// ```no_run
+    /// use delivery::lapin::{Connection, ConnectionProperties};
+    /// use delivery::rabbitmq::{RabbitSource, RabbitTopology};
+    /// use std::sync::Arc;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    /// let from_url = RabbitSource::connect(url, RabbitTopology::new("orders")).await?;
+    ///
+    /// // Your connection, with your properties (and TLS, with lapin's `rustls` feature).
+    /// let properties = ConnectionProperties::default().enable_auto_recover();
+    /// let connection = Arc::new(Connection::connect(url, properties).await?);
+    /// let on_yours = RabbitSource::connect(connection.clone(), RabbitTopology::new("invoices")).await?;
+    /// # let _ = (from_url, on_yours); Ok(()) }
+    /// ```
     pub async fn connect(
-        url: impl Into<Arc<str>>,
+        connector: impl Into<RabbitConnector>,
         topology: RabbitTopology,
     ) -> Result<Self, TransportError> {
-        let mut source = RabbitSource::lazy(url, topology);
+        let mut source = RabbitSource::lazy(connector, topology);
         source.live = Some(source.open().await?);
         Ok(source)
     }
 
     /// A source that connects on its first [`receive`](Source::receive).
-    pub fn lazy(url: impl Into<Arc<str>>, topology: RabbitTopology) -> Self {
-        let url = url.into();
+    pub fn lazy(connector: impl Into<RabbitConnector>, topology: RabbitTopology) -> Self {
+        let connector = connector.into();
         RabbitSource {
             shared: Arc::new(Shared {
                 queue: topology.queue.clone(),
                 dead_letter_queue: topology.dead_letter_queue_name(),
-                publisher: ConfirmedPublisher::new(url.clone()),
+                publisher: ConfirmedPublisher::new(connector.clone()),
                 classic: topology.queue_type == QueueType::Classic,
                 dropped: std::sync::Mutex::new(Vec::new()),
                 any_dropped: std::sync::atomic::AtomicBool::new(false),
             }),
             consumer_tag: format!("delivery-{}-{}", std::process::id(), next_tag()),
-            url,
+            connector,
             topology,
             live: None,
             reconnecting: false,
@@ -98,8 +125,27 @@ impl RabbitSource {
     }
 
     async fn open(&self) -> Result<Live, TransportError> {
-        let connection = super::connect(&self.url).await?;
-        self.check(&connection).await?;
+        let connection = self.connector.open().await?;
+        let opened = self.subscribe(&connection).await;
+        match opened {
+            Ok((consumer, channel)) => Ok(Live {
+                consumer,
+                channel,
+                connection,
+            }),
+            Err(error) => {
+                connection.close("failed to consume").await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Checks the queue, then opens the consuming channel and subscribes.
+    async fn subscribe(
+        &self,
+        connection: &Connection,
+    ) -> Result<(lapin::Consumer, Channel), TransportError> {
+        self.check(connection).await?;
         let channel = connection
             .create_channel()
             .await
@@ -117,11 +163,7 @@ impl RabbitSource {
             )
             .await
             .map_err(|e| TransportError::new("starting the consumer (basic.consume)", e))?;
-        Ok(Live {
-            consumer,
-            channel,
-            connection,
-        })
+        Ok((consumer, channel))
     }
 
     /// A classic queue's unit delivered again without being settled — its consumer crashed, or

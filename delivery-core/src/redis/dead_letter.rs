@@ -1,15 +1,14 @@
 //! The operator's view of a stream's dead letter: [`DeadLetters`] over the dead-letter stream
 //! (`XLEN`, `XRANGE`, `XADD` back to the source, `XDEL`), and the depth gauge.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use ::redis::Value;
-use ::redis::aio::MultiplexedConnection;
 
 use super::codec::{self, Entry, Read};
 use super::topology::RedisTopology;
-use super::{COMMAND_TIMEOUT, FIELD_ID, FIELD_PAYLOAD};
+use super::{Commands, FIELD_ID, FIELD_PAYLOAD, RedisConnector};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::headers;
@@ -48,14 +47,18 @@ use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 /// }
 /// // Back to `orders`, under the same unit id, once the bug is fixed.
 /// let report = dead.redrive(Selection::All).await?;
+///
+/// // The same on your own (reconnecting) connection:
+/// let manager = delivery::redis::connect("redis://127.0.0.1:6379").await?;
+/// let yours = RedisDeadLetters::new(manager, &topology)?;
+/// println!("{} dead", yours.count().await?);
 /// # let _ = report; Ok(()) }
 /// ```
 #[derive(Clone)]
 pub struct RedisDeadLetters {
-    client: ::redis::Client,
     stream: String,
     dead_letter_stream: String,
-    connection: Arc<Mutex<Option<MultiplexedConnection>>>,
+    commands: Arc<Commands>,
 }
 
 impl std::fmt::Debug for RedisDeadLetters {
@@ -82,13 +85,17 @@ struct Scan {
 }
 
 impl RedisDeadLetters {
-    /// The dead letter of `topology.stream` on the server at `url`. Connects on first use.
-    pub fn new(url: &str, topology: &RedisTopology) -> Result<Self, TransportError> {
+    /// The dead letter of `topology.stream` through `connector`: a URL, your `redis::Client`,
+    /// or your own connection ([`RedisConnector`]). Connects on first use; fails only on a URL
+    /// that does not parse.
+    pub fn new(
+        connector: impl Into<RedisConnector>,
+        topology: &RedisTopology,
+    ) -> Result<Self, TransportError> {
         Ok(RedisDeadLetters {
-            client: super::client(url)?,
             stream: topology.stream.clone(),
             dead_letter_stream: topology.dead_letter_stream_name(),
-            connection: Arc::new(Mutex::new(None)),
+            commands: Arc::new(Commands::new(connector.into().resolve()?)),
         })
     }
 
@@ -107,27 +114,7 @@ impl RedisDeadLetters {
         what: &'static str,
         command: &::redis::Cmd,
     ) -> Result<T, TransportError> {
-        let cached = self
-            .connection
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let mut connection = match cached {
-            Some(connection) => connection,
-            None => {
-                let connection = super::open(&self.client, Some(COMMAND_TIMEOUT)).await?;
-                *self.connection.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(connection.clone());
-                connection
-            }
-        };
-        command.query_async(&mut connection).await.map_err(|error| {
-            if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_timeout()
-            {
-                *self.connection.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-            TransportError::new(what, error)
-        })
+        self.commands.run(what, command).await
     }
 
     /// Up to `count` entries after the entry `after` (from the first with `None`) up to the entry

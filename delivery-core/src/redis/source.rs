@@ -7,16 +7,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::MultiplexedConnection;
-use ::redis::{RedisError, Value};
+use ::redis::Value;
 use metrics::Counter;
 use tokio::time::Instant;
 
-use super::COMMAND_TIMEOUT;
 use super::ack::{Acks, Joined, Next, Turn};
 use super::codec::{self, Entry, Read};
 use super::settle::RedisHandle;
 use super::topology::RedisTopology;
+use super::{COMMAND_TIMEOUT, Commands, Conn, Connections, POLL, RedisConnector};
 use crate::disposition::DeadLetterReason;
 use crate::transport::{KeepAlive, Source, TransportError};
 use crate::unit::{DeliveryCount, Unit};
@@ -33,10 +32,13 @@ use crate::unit::{DeliveryCount, Unit};
 /// Entries read ahead and not yet handed to a handler are pending too: if the source is dropped
 /// with some (a shutdown, a crash), they are claimed back after the claim idle time, and that
 /// claim counts as a delivery. [`RedisTopology::batch`] bounds how many that can be.
+///
+/// Made from your own connection ([`RedisConnector`]), it sends every command on yours and reads
+/// without blocking, asking again every 50 ms while the stream has nothing new.
 pub struct RedisSource {
     shared: Arc<Shared>,
-    client: ::redis::Client,
-    reader: Option<MultiplexedConnection>,
+    connections: Connections,
+    reader: Option<Conn>,
     ready: VecDeque<(Entry, DeliveryCount)>,
     fetching: Option<Fetching>,
     claim_cursor: String,
@@ -65,10 +67,11 @@ pub(super) struct Shared {
     pub(super) in_progress_limit_ms: u64,
     pub(super) batch: usize,
     pub(super) block_ms: u64,
-    pub(super) client: ::redis::Client,
+    /// Whether reads block (`XREADGROUP … BLOCK`): only on a reader of the source's own.
+    pub(super) blocks: bool,
     /// The connection for `XACK`, `XADD` to the dead letter and `XPENDING`; reopened after a
     /// connection-level failure.
-    pub(super) settle: std::sync::Mutex<Option<MultiplexedConnection>>,
+    pub(super) commands: Commands,
     /// Acknowledgements in flight, combined into one `XACK` at a time.
     pub(super) acks: Acks,
     pub(super) deleted: Counter,
@@ -85,13 +88,29 @@ fn next_consumer_name() -> String {
 }
 
 impl RedisSource {
-    /// A source of `topology.stream` read by `topology.group` at `url`, connected before it
-    /// returns, so a wrong URL or a missing group fails at start. Declare the topology first
-    /// ([`super::declare`]).
-    pub async fn connect(url: &str, topology: RedisTopology) -> Result<Self, TransportError> {
-        let client = super::client(url)?;
-        let mut source = RedisSource::new(client, topology);
-        let mut reader = super::open(&source.client, None).await?;
+    /// A source of `topology.stream` read by `topology.group` through `connector` — a URL, your
+    /// `redis::Client`, or your own `ConnectionManager` / `MultiplexedConnection`
+    /// ([`RedisConnector`]) — connected before it returns, so a wrong URL or a missing group
+    /// fails at start. Declare the topology first ([`super::declare`]).
+    ///
+    /// ```no_run
+    /// use delivery::redis::{RedisSource, RedisTopology};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let topology = RedisTopology::new("orders", "billing");
+    /// let from_url = RedisSource::connect("redis://127.0.0.1:6379", topology.clone()).await?;
+    /// // Your own reconnecting connection (reads poll instead of blocking on it):
+    /// let manager = delivery::redis::connect("redis://127.0.0.1:6379").await?;
+    /// let on_yours = RedisSource::connect(manager, topology).await?;
+    /// # let _ = (from_url, on_yours); Ok(()) }
+    /// ```
+    pub async fn connect(
+        connector: impl Into<RedisConnector>,
+        topology: RedisTopology,
+    ) -> Result<Self, TransportError> {
+        let connections = connector.into().resolve()?;
+        let mut source = RedisSource::new(connections, topology);
+        let mut reader = source.connections.reader().await?;
         // `XPENDING` in its summary form fails with NOGROUP if the stream or the group is missing.
         ::redis::cmd("XPENDING")
             .arg(&source.shared.stream)
@@ -111,7 +130,7 @@ impl RedisSource {
         Ok(source)
     }
 
-    fn new(client: ::redis::Client, topology: RedisTopology) -> Self {
+    fn new(connections: Connections, topology: RedisTopology) -> Self {
         let source_label = topology.stream.clone();
         let shared = Shared {
             consumer: topology.consumer.clone().unwrap_or_else(next_consumer_name),
@@ -121,16 +140,16 @@ impl RedisSource {
             in_progress_limit_ms: topology.in_progress_limit_ms,
             batch: topology.batch.max(1),
             block_ms: topology.block_millis(),
+            blocks: connections.blocks(),
             deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
             stream: topology.stream.clone(),
             group: topology.group.clone(),
-            client: client.clone(),
-            settle: std::sync::Mutex::new(None),
+            commands: Commands::new(connections.clone()),
             acks: Acks::default(),
         };
         RedisSource {
             shared: Arc::new(shared),
-            client,
+            connections,
             reader: None,
             ready: VecDeque::new(),
             fetching: None,
@@ -177,7 +196,7 @@ impl Source for RedisSource {
             if self.fetching.is_none() {
                 let reader = match &self.reader {
                     Some(reader) => reader.clone(),
-                    None => match super::open(&self.client, None).await {
+                    None => match self.connections.reader().await {
                         Ok(reader) => {
                             if std::mem::take(&mut self.reconnecting) {
                                 tracing::info!(stream = %self.shared.stream, "reconnected; reading again");
@@ -240,7 +259,7 @@ impl Source for RedisSource {
 async fn on_reader<T: ::redis::FromRedisValue>(
     what: &'static str,
     limit: Duration,
-    reader: &mut MultiplexedConnection,
+    reader: &mut Conn,
     command: &::redis::Cmd,
 ) -> Result<T, TransportError> {
     match tokio::time::timeout(limit, command.query_async::<T>(reader)).await {
@@ -257,7 +276,7 @@ async fn on_reader<T: ::redis::FromRedisValue>(
 /// nothing and the scan is done, read new entries.
 async fn fetch(
     shared: Arc<Shared>,
-    mut reader: MultiplexedConnection,
+    mut reader: Conn,
     claim: Option<String>,
 ) -> Result<Fetched, TransportError> {
     let mut claim_cursor = None;
@@ -272,48 +291,49 @@ async fn fetch(
             });
         }
     }
+    const READ: &str = "reading new entries (XREADGROUP)";
     let mut read = ::redis::cmd("XREADGROUP");
     read.arg("GROUP")
         .arg(&shared.group)
         .arg(&shared.consumer)
         .arg("COUNT")
-        .arg(shared.batch)
-        .arg("BLOCK")
-        .arg(shared.block_ms)
-        .arg("STREAMS")
-        .arg(&shared.stream)
-        .arg(">");
+        .arg(shared.batch);
+    // On the caller's connection a `BLOCK` would hold up every command behind it: the read
+    // polls instead, until the block time is up.
+    if shared.blocks {
+        read.arg("BLOCK").arg(shared.block_ms);
+    }
+    read.arg("STREAMS").arg(&shared.stream).arg(">");
     let limit = Duration::from_millis(shared.block_ms) + COMMAND_TIMEOUT;
-    let reply: Value = on_reader(
-        "reading new entries (XREADGROUP)",
-        limit,
-        &mut reader,
-        &read,
-    )
-    .await?;
-    let shape = codec::Shape::of("XREADGROUP", &reply);
-    let read = codec::read_group(reply).ok_or_else(|| {
-        TransportError::msg("reading new entries (XREADGROUP)", shape.to_string())
-    })?;
-    let entries = read
-        .into_iter()
-        .filter_map(|read| match read {
-            // New entries are on their first delivery: Redis set their counter to 1.
-            Read::Entry(entry) => Some((entry, DeliveryCount::FIRST)),
-            Read::Deleted(_) => None,
-        })
-        .collect();
-    Ok(Fetched {
-        entries,
-        claim_cursor,
-    })
+    let until = Instant::now() + Duration::from_millis(shared.block_ms);
+    loop {
+        let reply: Value = on_reader(READ, limit, &mut reader, &read).await?;
+        let shape = codec::Shape::of("XREADGROUP", &reply);
+        let read =
+            codec::read_group(reply).ok_or_else(|| TransportError::msg(READ, shape.to_string()))?;
+        let entries: Vec<_> = read
+            .into_iter()
+            .filter_map(|read| match read {
+                // New entries are on their first delivery: Redis set their counter to 1.
+                Read::Entry(entry) => Some((entry, DeliveryCount::FIRST)),
+                Read::Deleted(_) => None,
+            })
+            .collect();
+        if !entries.is_empty() || shared.blocks || Instant::now() >= until {
+            return Ok(Fetched {
+                entries,
+                claim_cursor,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// `XAUTOCLAIM` from `cursor`, then each claimed entry's times-delivered from `XPENDING`.
 /// Entries past the bound go to the dead letter here, without reaching a handler.
 async fn claim_pending(
     shared: &Shared,
-    reader: &mut MultiplexedConnection,
+    reader: &mut Conn,
     cursor: &str,
 ) -> Result<(String, Vec<(Entry, DeliveryCount)>), TransportError> {
     const CLAIM: &str = "claiming pending entries (XAUTOCLAIM)";
@@ -384,28 +404,6 @@ async fn claim_pending(
 }
 
 impl Shared {
-    async fn connection(&self) -> Result<MultiplexedConnection, TransportError> {
-        if let Some(connection) = self
-            .settle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Ok(connection.clone());
-        }
-        let connection = super::open(&self.client, Some(COMMAND_TIMEOUT)).await?;
-        *self.settle.lock().unwrap_or_else(|p| p.into_inner()) = Some(connection.clone());
-        Ok(connection)
-    }
-
-    /// Forgets the connection after a failure of the connection itself.
-    fn failed(&self, what: &'static str, error: RedisError) -> TransportError {
-        if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_timeout() {
-            *self.settle.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        }
-        TransportError::new(what, error)
-    }
-
     /// Acknowledges `entry_id`, returning once Redis answered the `XACK` that carried it. With
     /// an `XACK` of this source already in flight, the id waits and goes with the others queued
     /// meanwhile in the next one (see `ack.rs`).
@@ -430,14 +428,14 @@ impl Shared {
         for id in turn.ids() {
             xack.arg(id);
         }
-        let outcome = match self.connection().await {
+        let outcome = match self.commands.connection().await {
             // The reply counts the ids that were pending; one that was not had been claimed and
             // acknowledged by another consumer meanwhile, which is no failure.
             Ok(mut connection) => xack
                 .query_async::<i64>(&mut connection)
                 .await
                 .map(drop)
-                .map_err(|e| self.failed("acknowledging (XACK)", e)),
+                .map_err(|e| self.commands.failed("acknowledging (XACK)", e)),
             Err(error) => Err(error),
         };
         turn.finish(&outcome);
@@ -449,7 +447,7 @@ impl Shared {
     /// Claims `entry_id` again for this consumer (`XCLAIM … 0 … JUSTID`): its idle time starts
     /// over, so no consumer claims it back meanwhile, and Redis counts no delivery.
     pub(super) async fn still_handling(&self, entry_id: &str) -> Result<(), TransportError> {
-        let mut connection = self.connection().await?;
+        let mut connection = self.commands.connection().await?;
         ::redis::cmd("XCLAIM")
             .arg(&self.stream)
             .arg(&self.group)
@@ -460,7 +458,10 @@ impl Shared {
             .query_async::<Value>(&mut connection)
             .await
             .map(drop)
-            .map_err(|e| self.failed("keeping the entry claimed (XCLAIM JUSTID)", e))
+            .map_err(|e| {
+                self.commands
+                    .failed("keeping the entry claimed (XCLAIM JUSTID)", e)
+            })
     }
 
     pub(super) async fn copy_to_dead_letter(
@@ -469,7 +470,7 @@ impl Shared {
         reason: &DeadLetterReason,
         count: u32,
     ) -> Result<(), TransportError> {
-        let mut connection = self.connection().await?;
+        let mut connection = self.commands.connection().await?;
         let mut add = ::redis::cmd("XADD");
         add.arg(&self.dead_letter_stream).arg("*");
         for (name, value) in &entry.fields {
@@ -496,6 +497,9 @@ impl Shared {
         add.query_async::<Value>(&mut connection)
             .await
             .map(drop)
-            .map_err(|error| self.failed("moving the unit to the dead letter (XADD)", error))
+            .map_err(|error| {
+                self.commands
+                    .failed("moving the unit to the dead letter (XADD)", error)
+            })
     }
 }
