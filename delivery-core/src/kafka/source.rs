@@ -45,6 +45,8 @@ pub(super) type Partition = (Log, i32);
 /// are paused, so the rest wait in the broker, and they are resumed at half as many.
 pub struct KafkaSource {
     shared: Arc<Shared>,
+    /// The topic and group, for the unit's span.
+    messaging: crate::trace::Messaging,
     /// Returned units waiting out their backoff, earliest first.
     waiting: BinaryHeap<Reverse<Waiting>>,
     /// Assigns each waiting unit a place, so equal due times keep their arrival order.
@@ -282,6 +284,8 @@ impl KafkaSource {
         let waiting_gauge =
             metrics::gauge!("delivery_retry_waiting", "source" => topology.topic.clone());
         Ok(KafkaSource {
+            messaging: crate::trace::Messaging::new("kafka", topology.topic.clone())
+                .consumer_group(topology.group.clone()),
             waiting_gauge,
             shared,
             waiting: BinaryHeap::new(),
@@ -869,7 +873,7 @@ impl Source for KafkaSource {
     }
 
     fn messaging(&self) -> crate::trace::Messaging {
-        crate::trace::Messaging::new("kafka", &*self.shared.book.topic)
+        self.messaging.clone()
     }
 }
 
