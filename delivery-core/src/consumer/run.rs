@@ -19,6 +19,7 @@ use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
+use crate::observe::ConsumerObserver;
 use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
 use crate::transport::{KeepAlive, Settle, Source, TransportError};
@@ -50,6 +51,7 @@ where
     H: Handler<S>,
 {
     let policy = consumer.policy();
+    let running = consumer.health.running();
     let Consumer {
         mut source,
         state,
@@ -67,7 +69,7 @@ where
             stopping.cancel();
         }
     });
-    let counters = Counters::new(source.name());
+    let counters = Counters::new(source.name(), running.health());
     let holds = Holds::default();
     let mut report = Report::default();
     let env = Env {
@@ -151,12 +153,13 @@ async fn one_at_a_time<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    pace.receive_failed(source, &error);
+                    pace.receive_failed(source, &error, &env.counters.observe);
                     continue;
                 }
             }
         };
         pace.receive.succeeded();
+        let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             count(
@@ -198,6 +201,7 @@ async fn one_at_a_time<Src, S, H>(
                 }
             }
         };
+        flight.handled();
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         count(
             report,
@@ -270,7 +274,7 @@ async fn several_at_once<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    pace.receive_failed(source, &error);
+                    pace.receive_failed(source, &error, &env.counters.observe);
                     continue;
                 }
             }
@@ -443,8 +447,14 @@ impl Pace {
     /// 100 ms doubling to 6.4 s, jittered per process. The one wait after a failed receive: a
     /// source does not wait again before reconnecting.
     #[cold]
-    fn receive_failed<Src: Source>(&mut self, source: &Src, error: &TransportError) {
+    fn receive_failed<Src: Source>(
+        &mut self,
+        source: &Src,
+        error: &TransportError,
+        observe: &ConsumerObserver,
+    ) {
         let wait = self.receive.failed();
+        observe.receive_failed(error, wait);
         tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
             "receiving failed");
         self.retry_in = Some(wait);
@@ -531,6 +541,7 @@ where
     L: Settle,
 {
     async move {
+        let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             return settle::apply!(
@@ -563,6 +574,7 @@ where
                 }
             }
         };
+        flight.handled();
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         settle::apply!(
             handle,

@@ -280,7 +280,7 @@ impl KafkaSource {
             shared.keeper.after(),
         ));
         let waiting_gauge =
-            metrics::gauge!("delivery_retry_waiting", "source" => topology.topic.clone());
+            metrics::gauge!(crate::observe::RETRY_WAITING, "source" => topology.topic.clone());
         Ok(KafkaSource {
             waiting_gauge,
             shared,

@@ -121,7 +121,7 @@ impl RedisSource {
             in_progress_limit_ms: topology.in_progress_limit_ms,
             batch: topology.batch.max(1),
             block_ms: topology.block_millis(),
-            deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
+            deleted: metrics::counter!(crate::observe::PENDING_DELETED, "source" => source_label.clone()),
             stream: topology.stream.clone(),
             group: topology.group.clone(),
             client: client.clone(),
