@@ -36,25 +36,25 @@ impl HealthReport {
 
 impl IntoResponse for HealthReport {
     fn into_response(self) -> Response {
-        let status = if self.healthy {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        };
-        (status, Json(self)).into_response()
+        answer(self.healthy, self)
     }
 }
 
 /// One component's snapshot: `200` when it is up, `503` otherwise, the snapshot as JSON.
 impl IntoResponse for HealthSnapshot {
     fn into_response(self) -> Response {
-        let status = if self.healthy {
-            StatusCode::OK
-        } else {
-            StatusCode::SERVICE_UNAVAILABLE
-        };
-        (status, Json(self)).into_response()
+        answer(self.healthy, self)
     }
+}
+
+/// `200` when healthy, `503` otherwise, with `body` as JSON either way.
+fn answer(healthy: bool, body: impl Serialize) -> Response {
+    let status = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// A `GET` route answering with the [`HealthReport`] of `healths`: `200` when every one is up,
