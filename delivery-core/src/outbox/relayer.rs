@@ -250,14 +250,13 @@ impl<St: Store, S> Relayer<St, S> {
         R: Relay<S>,
         S: Send + Sync + 'static,
     {
-        let running = self.health.running();
-        let backlog = crate::observe::watch_backlog(
+        let _running = self.health.running();
+        // Aborted when the run ends, or when its future is dropped.
+        let _backlog = tokio_util::task::AbortOnDropHandle::new(crate::observe::watch_backlog(
             self.store.clone(),
-            running.health().clone(),
+            self.health.clone(),
             self.backlog_every,
-        );
-        let report = RelayLoop::new(self, relay).run().await;
-        backlog.abort();
-        report
+        ));
+        RelayLoop::new(self, relay).run().await
     }
 }
