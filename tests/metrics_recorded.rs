@@ -90,6 +90,76 @@ async fn a_consumer_records_handler_durations_and_units_in_flight() {
     assert_eq!((snapshot.in_flight, snapshot.dead_lettered), (0, 1));
 }
 
+/// The in-memory broker's source behind a connection that refuses the first `refusals` receives.
+struct Flaky {
+    inner: delivery::memory::MemorySource,
+    refusals: u32,
+}
+
+impl delivery::Source for Flaky {
+    type Handle = delivery::memory::MemoryHandle;
+
+    async fn receive(&mut self) -> Result<Option<(Unit, Self::Handle)>, delivery::TransportError> {
+        if self.refusals > 0 {
+            self.refusals -= 1;
+            return Err(delivery::TransportError::msg(
+                "connecting",
+                "connection refused",
+            ));
+        }
+        self.inner.receive().await
+    }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_is_down_while_its_receives_fail_and_up_once_one_waits_past_the_grace() {
+    use delivery::health::{HealthStatus, RECONNECT_GRACE};
+
+    let broker = MemoryBroker::new();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let source = Flaky {
+        inner: broker.consume("numbers"),
+        refusals: 3,
+    };
+    let consumer = Consumer::new(source).shutdown_on(async move {
+        let _ = stopped.await;
+    });
+    let health = consumer.health();
+    let run = tokio::spawn(consumer.run(slow_square));
+
+    // The first refusals: down, with the error; the waits between them are 100 ms to 400 ms.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let snapshot = health.snapshot();
+    assert_eq!(snapshot.status, HealthStatus::Down);
+    assert!(!snapshot.connected && !snapshot.healthy);
+    assert!(snapshot.last_error.unwrap().contains("connection refused"));
+
+    // The fourth receive waits on an empty queue: connected again once it waited the grace.
+    tokio::time::sleep(Duration::from_secs(2) + RECONNECT_GRACE).await;
+    let snapshot = health.snapshot();
+    assert_eq!(snapshot.status, HealthStatus::Up, "{snapshot:?}");
+    assert_eq!(snapshot.consecutive_failures, 3);
+    assert_eq!(snapshot.last_receive_age_seconds, None, "no unit came yet");
+
+    // A unit arrives: the failures are over.
+    broker.publish("numbers", Unit::new("n-1", "3"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let snapshot = health.snapshot();
+    assert_eq!(
+        (snapshot.consecutive_failures, snapshot.last_error),
+        (0, None)
+    );
+    assert!(snapshot.last_receive_age_seconds.is_some());
+
+    stop.send(()).unwrap();
+    assert_eq!(run.await.unwrap().acked, 1);
+    assert_eq!(health.snapshot().status, HealthStatus::Stopped);
+}
+
 #[cfg(feature = "axum")]
 mod webhooks {
     use std::time::SystemTime;
