@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use delivery::Backoff;
 use delivery::outbox::{
-    Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status,
+    Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status, Store,
 };
 use delivery::testing::{MemorySink, SinkFailure};
 use sqlx::postgres::PgPoolOptions;
@@ -300,4 +300,45 @@ async fn migrations_run_concurrently() {
         result.unwrap();
     }
     assert_eq!(stores[0].pending().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_counts_pending_and_dead_records_and_ages_the_oldest() {
+    let (outbox, store) = fresh("backlog").await;
+    let empty = store.backlog().await.unwrap();
+    assert_eq!(
+        (empty.pending, empty.oldest_pending_age, empty.dead),
+        (0, None, 0)
+    );
+
+    write(&outbox, &store, 3, |_| None).await;
+    let t = outbox.table_name();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "UPDATE {t} SET created_at = now() - interval '90 seconds' WHERE id = 'r-00000'; \
+         UPDATE {t} SET status = 'dead' WHERE id = 'r-00002';"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let backlog = store.backlog().await.unwrap();
+    assert_eq!((backlog.pending, backlog.dead), (2, 1));
+    let age = backlog.oldest_pending_age.unwrap().as_secs_f64();
+    assert!((89.0..200.0).contains(&age), "the oldest is {age} s old");
+
+    // The relay reads it into its health while it runs.
+    let relayer = Relayer::new(store.clone())
+        .state(MemorySink::new())
+        .poll_interval(Duration::from_millis(10))
+        .backlog_every(Duration::from_millis(100));
+    let health = relayer.health();
+    let watch = health.clone();
+    let report = relayer
+        .shutdown_on(async move { until(|| async { watch.snapshot().pending == Some(0) }).await })
+        .run(ToSink)
+        .await;
+    assert_eq!(report.delivered, 2);
+    let snapshot = health.snapshot();
+    assert_eq!(snapshot.dead_letter_depth, Some(1));
+    assert_eq!(snapshot.oldest_pending_age_seconds, None);
+    assert!(snapshot.connected && snapshot.last_receive_age_seconds.is_some());
 }

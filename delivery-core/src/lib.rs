@@ -13,7 +13,8 @@
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
-//! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | |
+//! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | — |
+//! | [`observe`], [`health`] | every metric's name and description; a consumer's or relay's health, served by axum | — |
 //!
 //! # Features
 //!
@@ -39,12 +40,14 @@ mod error;
 pub mod extract;
 mod handler;
 pub mod headers;
+pub mod health;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod marker;
 pub mod memory;
 #[cfg(feature = "nats")]
 pub mod nats;
+pub mod observe;
 pub mod offset;
 pub mod outbox;
 mod pace;
@@ -70,6 +73,7 @@ pub use error::BoxError;
 pub use error::{FailureKind, HandlerError};
 pub use extract::{FromUnit, Json, Malformed, State};
 pub use handler::{Handler, IntoOutcome};
+pub use health::Health;
 pub use marker::{AckHandle, Clock, Minter};
 pub use outbox::{OutboxRecord, Receipt, RecordId};
 pub use stopwatch::Stopwatch;

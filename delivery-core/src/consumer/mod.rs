@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use crate::disposition::{Backoff, RedeliveryPolicy};
 use crate::handler::Handler;
+use crate::health::{Component, Health};
 use crate::runtime::Stop;
 use crate::transport::Source;
 
@@ -54,6 +55,7 @@ pub struct Consumer<Src, S = ()> {
     max_deliveries: Option<NonZeroU32>,
     backoff: Backoff,
     stop: Stop,
+    health: Health,
 }
 
 /// What a run of a consumer did, counted when it stops.
@@ -74,6 +76,7 @@ impl<Src: Source> Consumer<Src, ()> {
     /// A consumer of `source`, with no shared state.
     pub fn new(source: Src) -> Self {
         Consumer {
+            health: Health::new(Component::Consumer, source.name()),
             source,
             state: (),
             concurrency: 16,
@@ -94,6 +97,7 @@ impl<Src: Source, S> Consumer<Src, S> {
             max_deliveries: self.max_deliveries,
             backoff: self.backoff,
             stop: self.stop,
+            health: self.health,
         }
     }
 
@@ -130,6 +134,26 @@ impl<Src: Source, S> Consumer<Src, S> {
     pub fn drain_deadline(mut self, deadline: Duration) -> Self {
         self.stop.drain_within(deadline);
         self
+    }
+
+    /// This consumer's [`Health`]: take it before `.run(..)` and serve it (see
+    /// [`health::route`](crate::health)). The run updates it: connected or not, the last unit's
+    /// age, units in flight, units dead-lettered.
+    ///
+    /// ```
+    /// # use delivery::{consumer, Consumer, HandlerError, Json};
+    /// # #[consumer] async fn take(Json(n): Json<u32>) -> Result<(), HandlerError> { let _ = n; Ok(()) }
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let broker = delivery::memory::MemoryBroker::new();
+    /// broker.publish("numbers", delivery::Unit::new("n-1", "7"));
+    /// let consumer = Consumer::new(broker.consume("numbers")).shutdown_on(broker.idle("numbers"));
+    /// let health = consumer.health();
+    /// tokio::spawn(consumer.run(take)).await.unwrap();
+    /// assert_eq!(health.snapshot().in_flight, 0);
+    /// # }
+    /// ```
+    pub fn health(&self) -> Health {
+        self.health.clone()
     }
 
     /// The policy this consumer applies: its bound is the smaller of the setting and the

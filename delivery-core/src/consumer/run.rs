@@ -20,6 +20,7 @@ use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
+use crate::observe::ConsumerObserver;
 use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
 use crate::trace::{self, Messaging};
@@ -53,6 +54,7 @@ where
     H: Handler<S>,
 {
     let policy = consumer.policy();
+    let running = consumer.health.running();
     let Consumer {
         mut source,
         state,
@@ -70,7 +72,7 @@ where
             stopping.cancel();
         }
     });
-    let counters = Counters::new(source.name());
+    let counters = Counters::new(source.name(), running.health());
     let holds = Holds::default();
     let messaging = source.messaging();
     let mut report = Report::default();
@@ -156,7 +158,7 @@ async fn one_at_a_time<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    pace.receive_failed(source, &error);
+                    pace.receive_failed(source, &error, &env.counters.observe);
                     continue;
                 }
             }
@@ -164,6 +166,7 @@ async fn one_at_a_time<Src, S, H>(
         pace.receive.succeeded();
         // The unit's span, entered while its run and its settle are polled.
         let span = trace::unit_span(env.messaging, &unit);
+        let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             let settled = async {
@@ -206,6 +209,7 @@ async fn one_at_a_time<Src, S, H>(
                 }
             }
         };
+        flight.handled();
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         let settled = async {
             settle::apply!(
@@ -278,7 +282,7 @@ async fn several_at_once<Src, S, H>(
                 Ok(Some(received)) => received,
                 Ok(None) => break,
                 Err(error) => {
-                    pace.receive_failed(source, &error);
+                    pace.receive_failed(source, &error, &env.counters.observe);
                     continue;
                 }
             }
@@ -451,8 +455,14 @@ impl Pace {
     /// 100 ms doubling to 6.4 s, jittered per process. The one wait after a failed receive: a
     /// source does not wait again before reconnecting.
     #[cold]
-    fn receive_failed<Src: Source>(&mut self, source: &Src, error: &TransportError) {
+    fn receive_failed<Src: Source>(
+        &mut self,
+        source: &Src,
+        error: &TransportError,
+        observe: &ConsumerObserver,
+    ) {
         let wait = self.receive.failed();
+        observe.receive_failed(error, wait);
         tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
             "receiving failed");
         self.retry_in = Some(wait);
@@ -540,6 +550,7 @@ where
 {
     let span = trace::unit_span(env.messaging, &unit);
     async move {
+        let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             return settle::apply!(
@@ -572,6 +583,7 @@ where
                 }
             }
         };
+        flight.handled();
         let disposition = settle::disposition(&outcome, &unit, env.policy);
         settle::apply!(
             handle,

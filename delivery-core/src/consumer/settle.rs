@@ -12,6 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
+use crate::health::Health;
+use crate::observe::ConsumerObserver;
 use crate::transport::Settle;
 use crate::transport::TransportError;
 use crate::unit::Unit;
@@ -37,18 +39,20 @@ pub(crate) struct Counters {
     rejected: Counter,
     exhausted: Counter,
     settle_failed: Counter,
+    pub(crate) observe: ConsumerObserver,
 }
 
 impl Counters {
-    pub(crate) fn new(source: &str) -> Self {
-        let dead = |reason: ReasonKind| metrics::counter!("delivery_dead_lettered_total", "source" => source.to_owned(), "reason" => reason.as_str());
+    pub(crate) fn new(source: &str, health: &Health) -> Self {
+        let dead = |reason: ReasonKind| metrics::counter!(crate::observe::DEAD_LETTERED, "source" => source.to_owned(), "reason" => reason.as_str());
         Counters {
-            acked: metrics::counter!("delivery_acked_total", "source" => source.to_owned()),
-            returned: metrics::counter!("delivery_returned_total", "source" => source.to_owned()),
+            acked: metrics::counter!(crate::observe::ACKED, "source" => source.to_owned()),
+            returned: metrics::counter!(crate::observe::RETURNED, "source" => source.to_owned()),
             malformed: dead(ReasonKind::Malformed),
             rejected: dead(ReasonKind::Rejected),
             exhausted: dead(ReasonKind::Exhausted),
-            settle_failed: metrics::counter!("delivery_settle_failed_total", "source" => source.to_owned()),
+            settle_failed: metrics::counter!(crate::observe::SETTLE_FAILED, "source" => source.to_owned()),
+            observe: ConsumerObserver::new(source, health),
         }
     }
 }
@@ -415,6 +419,7 @@ fn record_other(
                 ReasonKind::Exhausted => &counters.exhausted,
             }
             .increment(1);
+            counters.observe.dead_lettered();
             tracing::error!(
                 unit.id = id,
                 delivery_count = count,

@@ -9,7 +9,7 @@ use crate::transport::TransportError;
 
 /// Records that `depth` units wait in `dead_letter`.
 pub(crate) fn record(dead_letter: &str, depth: u64) {
-    metrics::gauge!("delivery_dead_letter_depth", "dead_letter" => dead_letter.to_owned())
+    metrics::gauge!(crate::observe::DEAD_LETTER_DEPTH, "dead_letter" => dead_letter.to_owned())
         .set(depth as f64);
 }
 

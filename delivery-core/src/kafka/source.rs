@@ -282,7 +282,7 @@ impl KafkaSource {
             shared.keeper.after(),
         ));
         let waiting_gauge =
-            metrics::gauge!("delivery_retry_waiting", "source" => topology.topic.clone());
+            metrics::gauge!(crate::observe::RETRY_WAITING, "source" => topology.topic.clone());
         Ok(KafkaSource {
             messaging: crate::trace::Messaging::new("kafka", topology.topic.clone())
                 .consumer_group(topology.group.clone()),

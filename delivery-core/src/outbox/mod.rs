@@ -66,7 +66,7 @@ pub use relayer::{RelayReport, Relayer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use store::{Status, Store, StoredRecord};
+pub use store::{Backlog, Status, Store, StoredRecord};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
 

@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
-use super::store::{Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
+use super::store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 use super::write::{Outbox, Table};
 use crate::unit::Stamp;
 
@@ -234,6 +234,20 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn backlog(&self) -> Result<Backlog, sqlx::Error> {
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE status = 'pending'), \
+                    EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8, \
+                    count(*) FILTER (WHERE status = 'dead') \
+             FROM {} WHERE status IN ('pending', 'dead')",
+            self.table.qualified
+        );
+        let (pending, age, dead): (i64, Option<f64>, i64) = sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(Backlog::from_row(pending, age, dead))
     }
 
     async fn wakeups(&self) -> Option<Wakeups> {

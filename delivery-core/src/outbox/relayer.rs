@@ -19,6 +19,7 @@ use std::time::Duration;
 use super::record::Relay;
 use super::store::Store;
 use crate::disposition::Backoff;
+use crate::health::{Component, Health};
 use crate::runtime::Stop;
 use relay_loop::RelayLoop;
 
@@ -73,6 +74,8 @@ pub struct Relayer<St, S = ()> {
     poll_interval: Duration,
     ordered: bool,
     stop: Stop,
+    health: Health,
+    backlog_every: Duration,
 }
 
 /// What a run of a relayer did, counted when it stops (marks written to the store).
@@ -96,6 +99,8 @@ impl<St: Store> Relayer<St, ()> {
     /// A relayer over `store`, with no shared state.
     pub fn new(store: St) -> Self {
         Relayer {
+            health: Health::new(Component::Relay, store.name()),
+            backlog_every: Duration::from_secs(15),
             store,
             state: (),
             batch: 100,
@@ -126,6 +131,8 @@ impl<St: Store, S> Relayer<St, S> {
             poll_interval: self.poll_interval,
             ordered: self.ordered,
             stop: self.stop,
+            health: self.health,
+            backlog_every: self.backlog_every,
         }
     }
 
@@ -203,12 +210,53 @@ impl<St: Store, S> Relayer<St, S> {
         self
     }
 
+    /// How often the run reads the outbox's backlog — pending records, the oldest one's age,
+    /// dead records — into its [`Health`] and the `delivery_relay_pending`,
+    /// `delivery_relay_oldest_pending_age_seconds` and `delivery_dead_letter_depth` gauges
+    /// (default 15 s; at least 100 ms). One small query ([`Store::backlog`]) each time.
+    pub fn backlog_every(mut self, every: Duration) -> Self {
+        self.backlog_every = every.max(Duration::from_millis(100));
+        self
+    }
+
+    /// This relayer's [`Health`]: take it before `.run(..)` and serve it (see
+    /// [`health`](crate::health)). The run updates it: whether the last claim succeeded, records
+    /// in flight, the backlog and dead records as last read.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use delivery_core::outbox::{Outbox, Relayer};
+    /// use delivery_core::health::HealthStatus;
+    ///
+    /// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// let store = Outbox::new().sqlite(pool);
+    /// store.migrate().await?;
+    /// let relayer = Relayer::new(store);
+    /// let health = relayer.health();
+    /// assert_eq!(health.snapshot().status, HealthStatus::Starting);
+    /// assert_eq!(health.name(), "delivery_outbox");
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sqlite"))] fn main() {}
+    /// ```
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     /// Runs `relay` until the shutdown signal, and reports what it did.
     pub async fn run<R>(self, relay: R) -> RelayReport
     where
         R: Relay<S>,
         S: Send + Sync + 'static,
     {
+        let _running = self.health.running();
+        // Aborted when the run ends, or when its future is dropped.
+        let _backlog = tokio_util::task::AbortOnDropHandle::new(crate::observe::watch_backlog(
+            self.store.clone(),
+            self.health.clone(),
+            self.backlog_every,
+        ));
         RelayLoop::new(self, relay).run().await
     }
 }

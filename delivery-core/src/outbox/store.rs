@@ -107,10 +107,62 @@ pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
         marks: &[Mark],
     ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
+    /// The backlog now: records pending (neither delivered nor dead, whether backing off, leased
+    /// or waiting), the age of the oldest by the database's clock, and the dead records. One
+    /// aggregate query over the pending and dead records (`count(*)` and `min(created_at)`); the
+    /// relay runs it every [`backlog_every`](super::Relayer::backlog_every).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")]
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use delivery_core::outbox::{NewRecord, Outbox, Store};
+    ///
+    /// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// let outbox = Outbox::new();
+    /// let store = outbox.sqlite(pool.clone());
+    /// store.migrate().await?;
+    /// assert_eq!(store.backlog().await?.pending, 0);
+    /// let mut tx = pool.begin().await?;
+    /// outbox.write(&mut tx, NewRecord::new("orders.events", "o-1 placed").id("o-1")).await?;
+    /// tx.commit().await?;
+    /// let backlog = store.backlog().await?;
+    /// assert_eq!((backlog.pending, backlog.dead), (1, 0));
+    /// assert!(backlog.oldest_pending_age.is_some());
+    /// # Ok(()) }
+    /// # #[cfg(not(feature = "sqlite"))] fn main() {}
+    /// ```
+    fn backlog(&self) -> impl Future<Output = Result<Backlog, sqlx::Error>> + Send;
+
     #[doc(hidden)]
     /// Wake-ups after commits, where the database sends them (PostgreSQL `LISTEN`); `None` where
     /// polling is the only way.
     fn wakeups(&self) -> impl Future<Output = Option<Wakeups>> + Send;
+}
+
+/// An outbox's backlog, as [`Store::backlog`] reads it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// Records neither delivered nor dead.
+    pub pending: u64,
+    /// How long ago the oldest pending record was written; `None` when none is pending.
+    pub oldest_pending_age: Option<Duration>,
+    /// Records marked dead.
+    pub dead: u64,
+}
+
+impl Backlog {
+    /// From the query's columns: counts, and the age in seconds (negative clamped to zero).
+    pub(crate) fn from_row(pending: i64, oldest_age_seconds: Option<f64>, dead: i64) -> Self {
+        Backlog {
+            pending: pending.max(0) as u64,
+            oldest_pending_age: oldest_age_seconds
+                .filter(|_| pending > 0)
+                .map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)),
+            dead: dead.max(0) as u64,
+        }
+    }
 }
 
 pub(crate) mod sealed {

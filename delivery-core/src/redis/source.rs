@@ -141,7 +141,7 @@ impl RedisSource {
             batch: topology.batch.max(1),
             block_ms: topology.block_millis(),
             blocks: connections.blocks(),
-            deleted: metrics::counter!("delivery_pending_deleted_total", "source" => source_label.clone()),
+            deleted: metrics::counter!(crate::observe::PENDING_DELETED, "source" => source_label.clone()),
             stream: topology.stream.clone(),
             group: topology.group.clone(),
             commands: Commands::new(connections.clone()),

@@ -152,7 +152,11 @@ where
     type Future = ResponseFuture;
 
     fn call(self, request: Request, state: S) -> Self::Future {
-        Box::pin(async move { receive(&self.handler, &self.verifier, request, &state).await })
+        Box::pin(async move {
+            let response = receive(&self.handler, &self.verifier, request, &state).await;
+            crate::observe::webhook_answered(H::NAME, self.verifier.scheme(), response.status());
+            response
+        })
     }
 }
 
@@ -343,8 +347,16 @@ where
 {
     Box::pin(async move {
         match lazy_verifier(&handler, &state) {
-            Ok(verifier) => receive(&handler, &verifier, request, &state).await,
-            Err((error, built_now)) => misconfigured(H::NAME, &error, built_now),
+            Ok(verifier) => {
+                let response = receive(&handler, &verifier, request, &state).await;
+                crate::observe::webhook_answered(H::NAME, verifier.scheme(), response.status());
+                response
+            }
+            Err((error, built_now)) => {
+                let response = misconfigured(H::NAME, &error, built_now);
+                crate::observe::webhook_counter(H::NAME, "unknown", response.status()).increment(1);
+                response
+            }
         }
     })
 }

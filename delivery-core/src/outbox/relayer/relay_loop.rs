@@ -19,6 +19,8 @@ use super::super::store::{Claim, Mark, Store, Wakeups};
 use super::attempt::{Attempts, Finished, start};
 use super::{RelayReport, Relayer};
 use crate::disposition::{Backoff, ReasonKind, RedeliveryPolicy};
+use crate::health::Health;
+use crate::observe::RelayGauges;
 use crate::pace::Retry;
 use crate::runtime::Shutdown;
 
@@ -39,10 +41,10 @@ struct Counters {
 
 impl Counters {
     fn new(outbox: &str) -> Self {
-        let dead = |reason: ReasonKind| metrics::counter!("delivery_relay_dead_total", "outbox" => outbox.to_owned(), "reason" => reason.as_str());
+        let dead = |reason: ReasonKind| metrics::counter!(crate::observe::RELAY_DEAD, "outbox" => outbox.to_owned(), "reason" => reason.as_str());
         Counters {
-            relayed: metrics::counter!("delivery_relayed_total", "outbox" => outbox.to_owned()),
-            failed: metrics::counter!("delivery_relay_failed_total", "outbox" => outbox.to_owned()),
+            relayed: metrics::counter!(crate::observe::RELAYED, "outbox" => outbox.to_owned()),
+            failed: metrics::counter!(crate::observe::RELAY_FAILED, "outbox" => outbox.to_owned()),
             malformed: dead(ReasonKind::Malformed),
             rejected: dead(ReasonKind::Rejected),
             exhausted: dead(ReasonKind::Exhausted),
@@ -65,6 +67,8 @@ pub(super) struct RelayLoop<St, S, R> {
     drain_deadline: Duration,
     attempts: Arc<Attempts>,
     counters: Counters,
+    health: Health,
+    gauges: RelayGauges,
     shutdown: Shutdown,
     report: RelayReport,
 
@@ -109,6 +113,8 @@ where
             poll_interval,
             ordered,
             stop,
+            health,
+            ..
         } = relayer;
         let (shutdown, drain_deadline) = stop.into_parts();
         let name: Arc<str> = store.name().into();
@@ -123,6 +129,7 @@ where
             outbox: name.clone(),
         });
         let counters = Counters::new(&name);
+        let gauges = RelayGauges::new(&name);
         let now = Instant::now();
         RelayLoop {
             store,
@@ -138,6 +145,8 @@ where
             drain_deadline,
             attempts,
             counters,
+            gauges,
+            health,
             shutdown,
             report: RelayReport::default(),
             refill: batch.min(window).div_ceil(4),
@@ -173,6 +182,7 @@ where
             }
             self.claim_if_due(now);
             self.flush_if_due(now);
+            self.observe_in_flight();
             if self.stopping && self.is_drained(now) {
                 break;
             }
@@ -332,6 +342,7 @@ where
     /// pending now, so the next claim waits for a wake-up or the poll.
     fn on_claimed(&mut self, limit: usize, records: Vec<Record>) {
         self.claim_retry.succeeded();
+        self.health.succeeded(Instant::now());
         if records.len() < limit {
             self.eager = false;
             self.poll_at = Instant::now() + self.poll_interval;
@@ -345,6 +356,7 @@ where
     #[cold]
     fn on_claim_failed(&mut self, error: sqlx::Error) {
         let wait = self.claim_retry.failed();
+        self.health.failed(&error, None);
         self.claim_retry_at = Instant::now() + wait;
         tracing::warn!(outbox = &*self.name, %error, retry_in_ms = wait.as_millis() as u64,
             "claiming records failed");
@@ -363,6 +375,9 @@ where
         }
         for done in &batch {
             count(&mut self.report, &self.counters, &self.name, done);
+            if let Mark::Dead { .. } = done.mark {
+                self.health.dead_lettered();
+            }
         }
         // Ordered: a key whose record was just marked may have its next one claimable now,
         // without waiting for the poll.
@@ -393,6 +408,13 @@ where
     /// The poll interval passed since a short claim: claim now.
     fn on_poll_due(&mut self) {
         self.eager = true;
+    }
+
+    /// Records in flight, into the gauge and the health.
+    fn observe_in_flight(&self) {
+        let n = self.inflight.len();
+        self.gauges.in_flight.set(n as f64);
+        self.health.set_in_flight(n);
     }
 
     /// The drain deadline passed: attempts still in flight are given back.
