@@ -267,6 +267,7 @@ impl TransportError {
 }
 
 /// The kind of `error` as [`TransportError::new`] reads it, for a failure described otherwise.
+#[cfg(any(feature = "lapin", feature = "redis"))]
 pub(crate) fn kind_of(error: &(dyn StdError + 'static)) -> TransportErrorKind {
     classify::chain(error)
 }
