@@ -84,6 +84,20 @@ impl Relay<MemorySink> for PanicsFirst {
     }
 }
 
+/// Sends the record as written, keeping a copy of each record it was handed.
+#[derive(Clone, Default)]
+struct Capturing(std::sync::Arc<std::sync::Mutex<Vec<Record>>>);
+impl Relay<MemorySink> for Capturing {
+    fn call(
+        &self,
+        record: &Record,
+        sink: &MemorySink,
+    ) -> impl Future<Output = Attempt> + Send + 'static {
+        self.0.lock().unwrap().push(record.clone());
+        ToSink.call(record, sink)
+    }
+}
+
 /// What the tests need of either store.
 trait Db: Store + DeadLetters {
     fn pending(&self) -> impl Future<Output = u64> + Send;
@@ -452,6 +466,79 @@ async fn dead_at_once<St: Db>(outbox: Outbox, store: St) {
     assert_eq!(store.count().await.unwrap(), 1);
 }
 
+/// An operator's edited redrive of a dead record: pending again under its own id with the new
+/// payload, its headers kept and the edit recorded in two more, then relayed; an unknown id
+/// changes nothing.
+async fn edited_redrive<St: Db>(outbox: Outbox, store: St) {
+    let original = br#"{"order":"refused","total":-1}"#;
+    let record = NewRecord::new("orders.events", &original[..])
+        .id("refused")
+        .header("tenant", "acme");
+    store.write_order(&outbox, "refused", record, false).await;
+    let sink = MemorySink::new();
+    sink.fail_record_always("refused", SinkFailure::Permanent);
+    relayer(&store, &sink)
+        .shutdown_on(store.idle())
+        .run(ToSink)
+        .await;
+    assert_eq!(store.get("refused").await.status, Status::Dead);
+
+    let fixed = bytes::Bytes::from_static(br#"{"order":"refused","total":12}"#);
+    let unknown = store
+        .redrive_edited(&UnitId::new("no-such"), fixed.clone())
+        .await
+        .unwrap();
+    assert!(!unknown, "no dead record with that id");
+    assert_eq!(store.count().await.unwrap(), 1, "nothing changed");
+    assert_eq!(&store.get("refused").await.payload[..], &original[..]);
+
+    assert!(
+        store
+            .redrive_edited(&UnitId::new("refused"), fixed.clone())
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.count().await.unwrap(), 0);
+    let requeued = store.get("refused").await;
+    assert_eq!(
+        (requeued.id.as_str(), requeued.status, requeued.attempts),
+        ("refused", Status::Pending, 0),
+        "pending again under its own id"
+    );
+    assert_eq!(requeued.payload, fixed);
+    // Redriven already: a second edit finds no dead record.
+    assert!(
+        !store
+            .redrive_edited(&UnitId::new("refused"), "x".into())
+            .await
+            .unwrap()
+    );
+
+    let sink = MemorySink::new();
+    let relay = Capturing::default();
+    let report = relayer(&store, &sink)
+        .shutdown_on(store.idle())
+        .run(relay.clone())
+        .await;
+    assert_eq!(report.delivered, 1, "{report:?}");
+    let sent = relay.0.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1);
+    let sent = &sent[0];
+    assert_eq!(sent.id().as_str(), "refused");
+    assert_eq!(sent.payload(), &fixed);
+    let header = |name: &str| sent.headers().get_str(name).map(str::to_owned);
+    assert_eq!(header("tenant").as_deref(), Some("acme"));
+    assert_eq!(header(delivery::headers::EDITED).as_deref(), Some("true"));
+    use sha2::Digest as _;
+    assert_eq!(
+        header(delivery::headers::ORIGINAL_SHA256),
+        Some(hex::encode(sha2::Sha256::digest(original))),
+        "{:?}",
+        sent.headers()
+    );
+    assert_eq!(store.get("refused").await.status, Status::Delivered);
+}
+
 async fn panic_is_a_failure<St: Db>(outbox: Outbox, store: St) {
     store
         .write_order(
@@ -578,6 +665,7 @@ on_both_stores!(
     round_trip,
     attempts_survive_restart,
     dead_at_once,
+    edited_redrive,
     panic_is_a_failure,
     ordered_holds_a_key,
 );

@@ -4,7 +4,8 @@
 //! Two families:
 //! - `x-delivery-*`: bookkeeping that travels with a unit where the mechanism keeps none of its own
 //!   (the count a classic RabbitMQ queue or a Kafka retry topic carries, where a returned unit was
-//!   first read). A consumer strips them from the unit's [`Headers`](crate::Headers).
+//!   first read). A consumer strips them from the unit's [`Headers`](crate::Headers) — all but
+//!   [`EDITED`] and [`ORIGINAL_SHA256`], the unit's own record of an operator's edit.
 //! - `x-dead-letter-*`: what a dead letter records beside the unit's intact payload, id and
 //!   headers: why, from where, on which delivery. A redrive removes them.
 //!
@@ -50,6 +51,20 @@ pub fn parse_stamp(value: &[u8]) -> Option<crate::Stamp> {
         .map(crate::Stamp)
 }
 
+/// Set to `true` on a unit an operator redrove from a dead letter with a payload of their own
+/// ([`DeadLetters::redrive_edited`](crate::dead_letter::DeadLetters::redrive_edited)): the unit's
+/// history says it was edited. Unlike the other `x-delivery-*` headers it is one of the unit's own
+/// headers, delivered to its handler.
+pub const EDITED: &str = "x-delivery-edited";
+/// On an edited unit ([`EDITED`]): the lowercase hex SHA-256 of the payload the operator replaced.
+pub const ORIGINAL_SHA256: &str = "x-delivery-original-sha256";
+
+/// Whether `name` is one of the headers recording an operator's edit ([`EDITED`],
+/// [`ORIGINAL_SHA256`]).
+pub fn is_edit(name: &str) -> bool {
+    name == EDITED || name == ORIGINAL_SHA256
+}
+
 /// Why the unit was dead-lettered: `malformed`, `rejected` or `exhausted`.
 pub const DEAD_LETTER_REASON: &str = "x-dead-letter-reason";
 /// The detail of the reason: the decode error, the handler's error.
@@ -77,6 +92,8 @@ pub fn is_dead_letter(name: &str) -> bool {
 }
 
 /// Whether `name` is bookkeeping a transport writes for itself, not one of the unit's headers.
+///
+/// The headers recording an edit ([`is_edit`]) are the unit's own, not bookkeeping.
 pub fn is_bookkeeping(name: &str) -> bool {
-    name == MESSAGE_ID || name.starts_with("x-delivery-")
+    name == MESSAGE_ID || (name.starts_with("x-delivery-") && !is_edit(name))
 }

@@ -11,6 +11,11 @@
 //! and headers (the `x-dead-letter-*` ones removed), so a handler idempotent by id treats it as the
 //! unit it is (rule 3); the mechanism counts its deliveries afresh.
 //!
+//! An operator who must fix a unit before it can pass redrives it **edited**
+//! ([`DeadLetters::redrive_edited`]): the same, with their payload in place of its own, and two
+//! headers that keep the edit in the unit's history — [`EDITED`](crate::headers::EDITED) (`true`)
+//! and [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256) (the digest of the payload replaced).
+//!
 //! ```
 //! use delivery::dead_letter::{DeadLetters, Selection};
 //! use delivery::memory::{MemoryBroker, QueueConfig};
@@ -41,9 +46,42 @@ use std::fmt;
 use std::future::Future;
 use std::time::SystemTime;
 
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
 use crate::unit::{DeliveryCount, Unit, UnitId};
+
+/// The headers an edited redrive writes on a unit whose payload was `original`:
+/// [`EDITED`](crate::headers::EDITED) and [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256).
+/// A unit edited again keeps only its latest edit's (the digest of the payload just replaced).
+pub(crate) fn edit_headers(original: &[u8]) -> [(&'static str, String); 2] {
+    [
+        (crate::headers::EDITED, "true".to_owned()),
+        (
+            crate::headers::ORIGINAL_SHA256,
+            hex::encode(Sha256::digest(original)),
+        ),
+    ]
+}
+
+/// `unit` as an edited redrive sends it back: `payload` in place of its own, its
+/// [`edit_headers`] set, the rest (id, stamp, other headers) as it was.
+pub(crate) fn edited(unit: &Unit, payload: Bytes) -> Unit {
+    let headers = edit_headers(unit.payload())
+        .into_iter()
+        .fold(unit.headers().clone(), |headers, (name, value)| {
+            headers.with(name, value)
+        });
+    let mut out = Unit::new(unit.id().clone(), payload)
+        .with_headers(headers)
+        .with_delivery_count(unit.delivery_count());
+    if let Some(stamp) = unit.stamp() {
+        out = out.with_stamp(stamp);
+    }
+    out
+}
 
 /// A unit in a dead letter, as an operator reads it. The same record for every transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -234,4 +272,19 @@ pub trait DeadLetters: Send + Sync {
 
     /// Removes the units with `ids` for good. Returns how many records were removed.
     fn purge(&self, ids: &[UnitId]) -> impl Future<Output = Result<u64, TransportError>> + Send;
+
+    /// Sends the unit with `id` back to its source as [`redrive`](Self::redrive) does — same id,
+    /// stamp and headers, its deliveries counted afresh, removed from the dead letter only once the
+    /// source holds it — but with `payload` in place of its own, and the edit recorded in its
+    /// headers: [`EDITED`](crate::headers::EDITED) `true` and
+    /// [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256), the lowercase hex SHA-256 of the
+    /// payload it replaced. Every copy the dead letter holds of that id is sent back so, each with
+    /// its own original's digest.
+    ///
+    /// `false`: the dead letter holds no unit with `id`, and nothing changed.
+    fn redrive_edited(
+        &self,
+        id: &UnitId,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<bool, TransportError>> + Send;
 }

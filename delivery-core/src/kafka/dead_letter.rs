@@ -46,7 +46,8 @@ use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 ///   key, payload and its own headers, with its id as `message-id` and no delivery count, so the
 ///   consumer counts its deliveries afresh — acknowledged by the broker (`acks=all`), and only
 ///   then records it removed. If that record fails, the unit is in both; a second redrive sends it
-///   again, which the handler's idempotence makes harmless.
+///   again, which the handler's idempotence makes harmless. An edited redrive publishes the
+///   operator's payload with the edit's headers.
 /// - **[`purge`](DeadLetters::purge)** records the units removed: they are listed, counted and
 ///   redriven no more. Their bytes stay in the dead-letter topic until its retention removes them
 ///   (Kafka deletes no single record); set the topic's retention for that.
@@ -224,18 +225,28 @@ impl KafkaDeadLetters {
 
     /// Publishes the unit of `stored` (`record`) back to its source topic — key, payload, every
     /// value of its own headers in order, its id as `message-id`, its stamp — acknowledged by the
-    /// broker.
+    /// broker; edited to `edit`, if given: that payload, and the edit's headers in place of any
+    /// earlier edit's.
     async fn publish_back(
         &self,
         producer: &FutureProducer,
         stored: &Stored,
         record: &DeadLetter,
+        edit: Option<&Bytes>,
     ) -> Result<(), TransportError> {
-        let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 1);
-        for (name, value) in stored.headers.iter().filter(|(name, _)| is_own(name)) {
+        let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 3);
+        let kept = |name: &str| is_own(name) && !(edit.is_some() && crate::headers::is_edit(name));
+        for (name, value) in stored.headers.iter().filter(|(name, _)| kept(name)) {
             out = out.insert(Header {
                 key: name.as_str(),
                 value: Some(value.as_ref()),
+            });
+        }
+        let edited = edit.map(|_| crate::dead_letter::edit_headers(record.unit.payload()));
+        for (name, value) in edited.iter().flatten() {
+            out = out.insert(Header {
+                key: name,
+                value: Some(value.as_str()),
             });
         }
         out = out.insert(Header {
@@ -251,7 +262,7 @@ impl KafkaDeadLetters {
             });
         }
         let mut message = FutureRecord::<[u8], [u8]>::to(&record.source)
-            .payload(record.unit.payload().as_ref())
+            .payload(edit.unwrap_or(record.unit.payload()).as_ref())
             .headers(out);
         if let Some(key) = &stored.key {
             message = message.key(key.as_ref());
@@ -331,29 +342,13 @@ impl DeadLetters for KafkaDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        self.removed_topic_exists().await?;
-        let producer = self.producer()?;
-        let mut redriven = Vec::new();
-        for (stored, record) in self.all().await? {
-            if !selection.contains(record.id()) {
-                continue;
-            }
-            self.publish_back(&producer, &stored, &record).await?;
-            self.mark_removed(&producer, stored.position, record.id(), "redriven")
-                .await
-                .map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{} is back in `{}` but was not recorded removed ({e}); it is in both",
-                            record.id(),
-                            record.source
-                        ),
-                    )
-                })?;
-            redriven.push(record.id().clone());
-        }
-        Ok(RedriveReport::of(selection, redriven))
+        self.redrive_selected(selection, None).await
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        let selection = Selection::Ids(std::slice::from_ref(id));
+        let report = self.redrive_selected(selection, Some(&payload)).await?;
+        Ok(!report.redriven.is_empty())
     }
 
     /// Records every dead letter of each of `ids` removed (see the [type docs](KafkaDeadLetters)).
@@ -369,6 +364,40 @@ impl DeadLetters for KafkaDeadLetters {
             }
         }
         Ok(removed)
+    }
+}
+
+impl KafkaDeadLetters {
+    /// Publishes each selected unit back to its source topic — edited to `edit`, if given — and
+    /// only then records it removed.
+    async fn redrive_selected(
+        &self,
+        selection: Selection<'_>,
+        edit: Option<&Bytes>,
+    ) -> Result<RedriveReport, TransportError> {
+        self.removed_topic_exists().await?;
+        let producer = self.producer()?;
+        let mut redriven = Vec::new();
+        for (stored, record) in self.all().await? {
+            if !selection.contains(record.id()) {
+                continue;
+            }
+            self.publish_back(&producer, &stored, &record, edit).await?;
+            self.mark_removed(&producer, stored.position, record.id(), "redriven")
+                .await
+                .map_err(|e| {
+                    TransportError::msg(
+                        "redriving",
+                        format!(
+                            "{} is back in `{}` but was not recorded removed ({e}); it is in both",
+                            record.id(),
+                            record.source
+                        ),
+                    )
+                })?;
+            redriven.push(record.id().clone());
+        }
+        Ok(RedriveReport::of(selection, redriven))
     }
 }
 

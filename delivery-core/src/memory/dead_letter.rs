@@ -83,13 +83,13 @@ impl MemoryDeadLetters {
     /// Moves the units with `id` back to the queue they came from, under the same id, with their
     /// published headers and a fresh delivery count. Returns how many moved.
     pub fn redrive(&self, id: &UnitId) -> usize {
-        self.redrive_selected(Selection::Ids(std::slice::from_ref(id)))
+        self.redrive_selected(Selection::Ids(std::slice::from_ref(id)), None)
             .len()
     }
 
     /// Moves every unit back to the queue it came from. Returns how many moved.
     pub fn redrive_all(&self) -> usize {
-        self.redrive_selected(Selection::All).len()
+        self.redrive_selected(Selection::All, None).len()
     }
 
     /// Removes the units with `ids` for good. Returns how many were removed.
@@ -103,7 +103,20 @@ impl MemoryDeadLetters {
         removed
     }
 
-    fn redrive_selected(&self, selection: Selection<'_>) -> Vec<UnitId> {
+    /// Moves the units with `id` back to the queue they came from as
+    /// [`redrive`](Self::redrive) does, with `payload` in place of their own and the edit
+    /// recorded in their headers ([`DeadLetters::redrive_edited`]). Returns how many moved.
+    pub fn redrive_edited(&self, id: &UnitId, payload: bytes::Bytes) -> usize {
+        self.redrive_selected(Selection::Ids(std::slice::from_ref(id)), Some(&payload))
+            .len()
+    }
+
+    /// Moves the selected units back to their source, each edited to `edit` if given.
+    fn redrive_selected(
+        &self,
+        selection: Selection<'_>,
+        edit: Option<&bytes::Bytes>,
+    ) -> Vec<UnitId> {
         let mut state = self.shared.lock();
         let taken = state
             .dead_letter_queue(&self.source)
@@ -112,6 +125,10 @@ impl MemoryDeadLetters {
         for entry in taken {
             let dead = entry.dead.expect("only dead entries are taken");
             let unit = entry.unit.with_headers(dead.original_headers);
+            let unit = match edit {
+                Some(payload) => crate::dead_letter::edited(&unit, payload.clone()),
+                None => unit,
+            };
             moved.push(unit.id().clone());
             state.put(&dead.source, unit);
         }
@@ -155,8 +172,16 @@ impl DeadLetters for MemoryDeadLetters {
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
         Ok(RedriveReport::of(
             selection,
-            self.redrive_selected(selection),
+            self.redrive_selected(selection, None),
         ))
+    }
+
+    async fn redrive_edited(
+        &self,
+        id: &UnitId,
+        payload: bytes::Bytes,
+    ) -> Result<bool, TransportError> {
+        Ok(MemoryDeadLetters::redrive_edited(self, id, payload) > 0)
     }
 
     async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {

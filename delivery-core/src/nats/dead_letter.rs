@@ -77,7 +77,8 @@ struct MaxDeliveriesAdvisory {
 ///   back is deleted as redriven: the source holds the unit. The dead-letter stream refuses an id
 ///   the same way within its own window (100 ms as declared), so a copy younger than twice that
 ///   is redriven only once it is older: a consumer that dead-letters the unit again at once is
-///   not refused.
+///   not refused. [`redrive_edited`](DeadLetters::redrive_edited) does the same with the
+///   operator's payload and the edit's headers (any earlier edit's replaced).
 /// - **[`purge`](DeadLetters::purge)** deletes the records by their sequence: gone for good.
 ///
 /// Listing, peeking, redriving and purging read the dead letter one stored unit at a time, in
@@ -205,12 +206,13 @@ impl NatsDeadLetters {
         Ok((window <= SHORT_WINDOW).then_some(window))
     }
 
-    /// Publishes `stored` back to the subject it came from under its unit's id `id`, and waits
-    /// for JetStream's confirmation.
+    /// Publishes `stored` back to the subject it came from under its unit's id `id` — edited to
+    /// `edit`, if given — and waits for JetStream's confirmation.
     async fn publish_back(
         &self,
         stored: &Stored,
         id: &UnitId,
+        edit: Option<&Bytes>,
     ) -> Result<Published, TransportError> {
         let subject = last(Some(&stored.headers), crate::headers::DEAD_LETTER_SUBJECT)
             .map(str::to_owned)
@@ -229,9 +231,18 @@ impl NatsDeadLetters {
         };
         let mut headers = codec::without_dead_letter_headers(Some(&stored.headers));
         headers.insert(NATS_MESSAGE_ID, id.as_str());
+        let payload = match edit {
+            None => stored.payload.clone(),
+            Some(payload) => {
+                for (name, value) in crate::dead_letter::edit_headers(&stored.payload) {
+                    headers.insert(name, value.as_str());
+                }
+                payload.clone()
+            }
+        };
         let ack = self
             .context
-            .publish_with_headers(subject.clone(), headers, stored.payload.clone())
+            .publish_with_headers(subject.clone(), headers, payload)
             .await
             .map_err(|e| TransportError::new("redriving", e))?
             .await
@@ -481,6 +492,36 @@ impl DeadLetters for NatsDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
+        self.redrive_selected(selection, None).await
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        let selection = Selection::Ids(std::slice::from_ref(id));
+        let report = self.redrive_selected(selection, Some(&payload)).await?;
+        Ok(!report.redriven.is_empty())
+    }
+
+    /// Deletes every record of each of `ids` from the dead-letter stream, by sequence.
+    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
+        let mut removed = 0;
+        for stored in self.all().await? {
+            if ids.contains(self.record(&stored).id()) {
+                self.delete(stored.sequence).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+impl NatsDeadLetters {
+    /// Publishes each selected unit back to its subject — edited to `edit`, if given — and
+    /// deletes its dead-letter copy once JetStream confirmed it (see the [type docs](Self)).
+    async fn redrive_selected(
+        &self,
+        selection: Selection<'_>,
+        edit: Option<&Bytes>,
+    ) -> Result<RedriveReport, TransportError> {
         let mut redriven = Vec::new();
         // Source sequences this redrive stored, by unit id: a later copy of one of them refused
         // as a duplicate is already back in the source.
@@ -508,14 +549,14 @@ impl DeadLetters for NatsDeadLetters {
                     tokio::time::sleep(wait).await;
                 }
             }
-            let mut published = self.publish_back(&stored, id).await?;
+            let mut published = self.publish_back(&stored, id, edit).await?;
             for _ in 0..3 {
                 match (&published, source_window) {
                     (Published::Duplicate(at), Some(window))
                         if !sent.contains(&(id.clone(), *at)) =>
                     {
                         tokio::time::sleep(window).await;
-                        published = self.publish_back(&stored, id).await?;
+                        published = self.publish_back(&stored, id, edit).await?;
                     }
                     _ => break,
                 }
@@ -558,18 +599,6 @@ impl DeadLetters for NatsDeadLetters {
             ));
         }
         Ok(RedriveReport::of(selection, redriven))
-    }
-
-    /// Deletes every record of each of `ids` from the dead-letter stream, by sequence.
-    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
-        let mut removed = 0;
-        for stored in self.all().await? {
-            if ids.contains(self.record(&stored).id()) {
-                self.delete(stored.sequence).await?;
-                removed += 1;
-            }
-        }
-        Ok(removed)
     }
 }
 

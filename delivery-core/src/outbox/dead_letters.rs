@@ -1,7 +1,9 @@
 //! An outbox store's dead records as a [`DeadLetters`]: the same operator API as every
 //! transport's dead letter. A record is dead once the relay gave up on it (rejected by the
 //! receiver, malformed, or out of attempts); a redrive makes it pending again under its own id
-//! with its attempts back to 0, and the relay sends it again.
+//! with its attempts back to 0, and the relay sends it again. An edited redrive does the same
+//! with the operator's payload written over the record's, and the edit recorded in the record's
+//! headers (which the relay sends with it).
 //!
 //! The record: the unit's id is the record id, its payload the record's, its delivery count the
 //! attempts made; the reason and detail are read back from the record's `last_error`; the source
@@ -11,12 +13,14 @@
 
 use std::future::Future;
 
+use bytes::Bytes;
+
 use super::record::RecordId;
 use super::store::{Store, StoredRecord};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
-use crate::unit::{DeliveryCount, Unit, UnitId};
+use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 
 /// The SQL a store provides for its dead records; the rest is [`DeadLetters`], written once.
 pub trait DeadRecords: Store {
@@ -36,6 +40,23 @@ pub trait DeadRecords: Store {
         &self,
         ids: Option<&[RecordId]>,
     ) -> impl Future<Output = Result<Vec<RecordId>, sqlx::Error>> + Send;
+
+    /// The payload and headers of the dead record `id`; `None` when no dead record has that id.
+    fn dead_payload(
+        &self,
+        id: &RecordId,
+    ) -> impl Future<Output = Result<Option<(Bytes, Headers)>, sqlx::Error>> + Send;
+
+    /// Makes the dead record `id` pending again as [`requeue_dead`](Self::requeue_dead) does,
+    /// with `payload` and `headers` in place of its own — provided it is still dead and still
+    /// holds the payload `original`. Returns whether it did.
+    fn requeue_dead_edited(
+        &self,
+        id: &RecordId,
+        original: &[u8],
+        payload: &[u8],
+        headers: &Headers,
+    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
 
     /// Deletes the dead records among `ids`; returns how many.
     fn delete_dead(
@@ -138,5 +159,26 @@ impl<S: DeadRecords> DeadLetters for S {
         self.delete_dead(&record_ids(ids))
             .await
             .map_err(failed("deleting dead records"))
+    }
+
+    /// Re-queues the record with the operator's payload, its headers with the edit's, in one
+    /// `UPDATE` guarded by the payload it held when read: a record redriven (or changed) in
+    /// between is left as it is, and answers `false`.
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        let record = RecordId::new(id.as_str());
+        let Some((original, headers)) = self
+            .dead_payload(&record)
+            .await
+            .map_err(failed("reading a dead record"))?
+        else {
+            return Ok(false);
+        };
+        let unit = crate::dead_letter::edited(
+            &Unit::new(id.clone(), original.clone()).with_headers(headers),
+            payload,
+        );
+        self.requeue_dead_edited(&record, &original, unit.payload(), unit.headers())
+            .await
+            .map_err(failed("re-queueing an edited dead record"))
     }
 }

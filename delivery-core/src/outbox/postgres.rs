@@ -316,6 +316,53 @@ impl DeadRecords for PgStore {
         Ok(ids.into_iter().map(RecordId::new).collect())
     }
 
+    async fn dead_payload(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(bytes::Bytes, crate::unit::Headers)>, sqlx::Error> {
+        let sql = format!(
+            "SELECT payload, headers FROM {} WHERE status = 'dead' AND id = $1",
+            self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref()
+            .map(super::record::payload_and_headers)
+            .transpose()
+    }
+
+    /// Pending again as `requeue_dead` makes it, with the new payload and headers; relays are
+    /// woken.
+    async fn requeue_dead_edited(
+        &self,
+        id: &RecordId,
+        original: &[u8],
+        payload: &[u8],
+        headers: &crate::unit::Headers,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = format!(
+            "WITH requeued AS ( \
+               UPDATE {t} SET status = 'pending', attempts = 0, available_at = now(), \
+                 lease_owner = NULL, lease_until = NULL, payload = $3, headers = $4 \
+               WHERE status = 'dead' AND id = $1 AND payload = $2 \
+               RETURNING id), \
+             woken AS (SELECT pg_notify($5, '') WHERE EXISTS (SELECT 1 FROM requeued)) \
+             SELECT count(*) FROM requeued, (SELECT count(*) FROM woken) w",
+            t = self.table.qualified
+        );
+        let requeued: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .bind(original)
+            .bind(payload)
+            .bind(super::record::headers_column(headers))
+            .bind(&*self.table.qualified)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(requeued > 0)
+    }
+
     async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
         let ids: Vec<&str> = ids.iter().map(RecordId::as_str).collect();
         let sql = format!(

@@ -339,3 +339,17 @@ pub(crate) fn headers_from_column(column: Option<&str>) -> Headers {
         .map(Headers::from_pairs)
         .unwrap_or_default()
 }
+
+/// A row's `payload` and `headers` columns, as a dead record's edited redrive reads them.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn payload_and_headers<R>(row: &R) -> Result<(bytes::Bytes, Headers), sqlx::Error>
+where
+    R: sqlx::Row,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+{
+    let payload = row.try_get::<Vec<u8>, _>("payload")?;
+    let headers = row.try_get::<Option<String>, _>("headers")?;
+    Ok((payload.into(), headers_from_column(headers.as_deref())))
+}

@@ -310,6 +310,47 @@ impl DeadRecords for SqliteStore {
         Ok(ids.into_iter().map(RecordId::new).collect())
     }
 
+    async fn dead_payload(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(bytes::Bytes, crate::unit::Headers)>, sqlx::Error> {
+        let sql = format!(
+            "SELECT payload, headers FROM {} WHERE status = 'dead' AND id = ?1",
+            self.table.qualified
+        );
+        let row = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref()
+            .map(super::record::payload_and_headers)
+            .transpose()
+    }
+
+    /// Pending again as `requeue_dead` makes it, with the new payload and headers.
+    async fn requeue_dead_edited(
+        &self,
+        id: &RecordId,
+        original: &[u8],
+        payload: &[u8],
+        headers: &crate::unit::Headers,
+    ) -> Result<bool, sqlx::Error> {
+        let sql = format!(
+            "UPDATE {} SET status = 'pending', attempts = 0, available_at = {NOW}, \
+               lease_owner = NULL, lease_until = NULL, payload = ?3, headers = ?4 \
+             WHERE status = 'dead' AND id = ?1 AND payload = ?2",
+            self.table.qualified
+        );
+        let done = sqlx::query(AssertSqlSafe(sql))
+            .bind(id.as_str())
+            .bind(original)
+            .bind(payload)
+            .bind(super::record::headers_column(headers))
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
         let ids = serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
             .expect("a list of strings serializes");

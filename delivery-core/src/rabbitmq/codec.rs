@@ -189,6 +189,18 @@ pub(crate) fn rewrite(
     table
 }
 
+/// [`rewrite`] for an edited redrive of a unit whose body was `original`: any earlier edit's
+/// headers replaced by this one's.
+pub(crate) fn rewrite_edited(headers: Option<&FieldTable>, original: &[u8]) -> FieldTable {
+    let edit = crate::dead_letter::edit_headers(original);
+    rewrite(
+        headers,
+        edit.iter()
+            .map(|(name, value)| (*name, text_value(value)))
+            .collect::<Vec<_>>(),
+    )
+}
+
 pub(crate) fn text_value(s: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(s))
 }

@@ -4,6 +4,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, UNIX_EPOCH};
 
+use bytes::Bytes;
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Acker, BasicProperties, Channel};
@@ -53,7 +54,10 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// - A redrive publishes the unit to its source queue under a publisher confirm (same
 ///   `message_id`, body and properties, without the headers above, so the source counts its
 ///   deliveries afresh) and acknowledges the dead-letter copy only once the broker confirmed
-///   it; if the acknowledgement is lost, the unit is in both, never in neither.
+///   it; if the acknowledgement is lost, the unit is in both, never in neither. An edited
+///   redrive does the same with the operator's body and the edit's headers, and sets the
+///   `message_id` to the unit's id (a unit published without one keeps the id its first body
+///   gave it).
 /// - A purge acknowledges the matching units: they are gone for good.
 ///
 /// On RabbitMQ 4.0 and later, quorum queues have a default delivery limit (20) and every pass
@@ -385,6 +389,43 @@ impl DeadLetters for RabbitDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
+        let redriven = self.redrive_selected(selection, None).await?;
+        Ok(RedriveReport::of(selection, redriven))
+    }
+
+    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.with_pass(async |pass| {
+            let mut purged = 0;
+            while let Some(taken) = pass.next(self).await? {
+                if ids.contains(&taken.id) {
+                    pass.remove(taken).await?;
+                    purged += 1;
+                }
+            }
+            Ok(purged)
+        })
+        .await
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        let selection = Selection::Ids(std::slice::from_ref(id));
+        let redriven = self.redrive_selected(selection, Some(&payload)).await?;
+        Ok(!redriven.is_empty())
+    }
+}
+
+impl RabbitDeadLetters {
+    /// A pass that publishes each selected unit back to its source — edited to `edit`, if given,
+    /// under its own `message_id` — and acknowledges its dead-letter copy once the broker
+    /// confirmed it. Returns the ids redriven.
+    async fn redrive_selected(
+        &self,
+        selection: Selection<'_>,
+        edit: Option<&Bytes>,
+    ) -> Result<Vec<UnitId>, TransportError> {
         let publisher = ConfirmedPublisher::new(self.connector.clone());
         let redriven = self
             .with_pass(async |pass| {
@@ -396,10 +437,18 @@ impl DeadLetters for RabbitDeadLetters {
                     let id = taken.id.clone();
                     let record = self.record(&mut taken);
                     let target = &record.source;
-                    let headers = codec::rewrite(taken.properties.headers().as_ref(), []);
-                    let properties = taken.properties.clone().with_headers(headers);
+                    let table = taken.properties.headers().as_ref();
+                    let (payload, headers, properties) = match edit {
+                        None => (record.unit.payload(), codec::rewrite(table, []), taken.properties.clone()),
+                        // An edited unit keeps its id even where it was a digest of its body.
+                        Some(payload) => (
+                            payload,
+                            codec::rewrite_edited(table, record.unit.payload()),
+                            taken.properties.clone().with_message_id(id.as_str().into()),
+                        ),
+                    };
                     publisher
-                        .publish(target, record.unit.payload(), properties)
+                        .publish(target, payload, properties.with_headers(headers))
                         .await
                         .map_err(|e| {
                             TransportError::msg(
@@ -423,24 +472,7 @@ impl DeadLetters for RabbitDeadLetters {
             })
             .await;
         publisher.close().await;
-        Ok(RedriveReport::of(selection, redriven?))
-    }
-
-    async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        self.with_pass(async |pass| {
-            let mut purged = 0;
-            while let Some(taken) = pass.next(self).await? {
-                if ids.contains(&taken.id) {
-                    pass.remove(taken).await?;
-                    purged += 1;
-                }
-            }
-            Ok(purged)
-        })
-        .await
+        redriven
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use ::redis::Value;
+use bytes::Bytes;
 
 use super::codec::{self, Entry, Read};
 use super::topology::RedisTopology;
@@ -29,7 +30,8 @@ use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 ///   [`crate::headers::DEAD_LETTER_SOURCE`], else the topology's stream) with its fields as they
 ///   were, without the `x-dead-letter-*` ones (so Redis counts its deliveries afresh), and with an
 ///   `id` field holding its unit id if it had none (so it keeps the id it was dead-lettered
-///   under). Only once Redis answered the `XADD` is the dead-letter entry deleted (`XDEL`); a crash
+///   under). An edited redrive adds it with the operator's `payload` and the edit's fields.
+///   Only once Redis answered the `XADD` is the dead-letter entry deleted (`XDEL`); a crash
 ///   between the two leaves the unit in both, never in neither. A redrive or purge looks at the
 ///   entries present when it starts, not at those added while it runs (a redriven unit that fails
 ///   again comes back after them).
@@ -215,21 +217,38 @@ impl RedisDeadLetters {
         self.run("deleting from the dead letter (XDEL)", &del).await
     }
 
-    /// Adds `entry`'s unit back to `target` as a new entry: its own fields, and its unit `id`.
+    /// Adds `entry`'s unit back to `target` as a new entry: its own fields, and its unit `id`;
+    /// edited to `edit`, if given: that payload, and the edit's fields in place of any earlier
+    /// edit's.
     async fn republish(
         &self,
         entry: &Entry,
         id: &UnitId,
         target: &str,
+        edit: Option<&Bytes>,
     ) -> Result<(), TransportError> {
         let mut add = ::redis::cmd("XADD");
         add.arg(target).arg("*");
         if codec::field(&entry.fields, FIELD_ID).is_none() {
             add.arg(FIELD_ID).arg(id.as_str());
         }
+        let replaced = |name: &[u8]| {
+            edit.is_some()
+                && (name == FIELD_PAYLOAD.as_bytes()
+                    || std::str::from_utf8(name).is_ok_and(headers::is_edit))
+        };
         for (name, value) in &entry.fields {
-            if !codec::is_transport_field(name) {
+            if !codec::is_transport_field(name) && !replaced(name.as_ref()) {
                 add.arg(name.as_ref()).arg(value.as_ref());
+            }
+        }
+        if let Some(payload) = edit {
+            let original = codec::field(&entry.fields, FIELD_PAYLOAD)
+                .cloned()
+                .unwrap_or_default();
+            add.arg(FIELD_PAYLOAD).arg(payload.as_ref());
+            for (name, value) in crate::dead_letter::edit_headers(&original) {
+                add.arg(name).arg(value);
             }
         }
         self.run::<Value>("redriving (XADD)", &add).await?;
@@ -331,35 +350,14 @@ impl DeadLetters for RedisDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        let mut redriven = Vec::new();
-        let mut scan = Scan::default();
-        while let Some(page) = self.next_page(&mut scan).await? {
-            for (entry, record) in page {
-                let id = record.id();
-                if !selection.contains(id) {
-                    continue;
-                }
-                let target = &record.source;
-                self.republish(&entry, id, target).await.map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{id} was not added to `{target}` and stays in the dead letter: {e}"
-                        ),
-                    )
-                })?;
-                self.delete(&[entry.id.as_str()]).await.map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{id} was added to `{target}` but not deleted from the dead letter ({e}); it is in both"
-                        ),
-                    )
-                })?;
-                redriven.push(id.clone());
-            }
-        }
+        let redriven = self.redrive_selected(selection, None).await?;
         Ok(RedriveReport::of(selection, redriven))
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        let selection = Selection::Ids(std::slice::from_ref(id));
+        let redriven = self.redrive_selected(selection, Some(&payload)).await?;
+        Ok(!redriven.is_empty())
     }
 
     async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
@@ -376,5 +374,47 @@ impl DeadLetters for RedisDeadLetters {
             purged += self.delete(&matching).await?;
         }
         Ok(purged)
+    }
+}
+
+impl RedisDeadLetters {
+    /// `XADD`s each selected unit back to its source — edited to `edit`, if given — and deletes
+    /// its dead-letter entry once Redis answered. Returns the ids redriven.
+    async fn redrive_selected(
+        &self,
+        selection: Selection<'_>,
+        edit: Option<&Bytes>,
+    ) -> Result<Vec<UnitId>, TransportError> {
+        let mut redriven = Vec::new();
+        let mut scan = Scan::default();
+        while let Some(page) = self.next_page(&mut scan).await? {
+            for (entry, record) in page {
+                let id = record.id();
+                if !selection.contains(id) {
+                    continue;
+                }
+                let target = &record.source;
+                self.republish(&entry, id, target, edit)
+                    .await
+                    .map_err(|e| {
+                        TransportError::msg(
+                            "redriving",
+                            format!(
+                                "{id} was not added to `{target}` and stays in the dead letter: {e}"
+                            ),
+                        )
+                    })?;
+                self.delete(&[entry.id.as_str()]).await.map_err(|e| {
+                    TransportError::msg(
+                        "redriving",
+                        format!(
+                            "{id} was added to `{target}` but not deleted from the dead letter ({e}); it is in both"
+                        ),
+                    )
+                })?;
+                redriven.push(id.clone());
+            }
+        }
+        Ok(redriven)
     }
 }

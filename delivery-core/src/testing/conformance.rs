@@ -12,6 +12,7 @@
 //! | [`bounds_redelivery_by_the_mechanisms_count`] | 2 |
 //! | [`dead_letters_poison_directly_and_intact`] | 2 |
 //! | [`operates_the_dead_letter`] | 2 |
+//! | [`redrives_an_edited_unit`] | 2, 3 |
 //! | [`a_second_delivery_changes_nothing`] | 3 |
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
 //! | [`a_slow_handler_runs_once`] | 1, 3 |
@@ -115,6 +116,7 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     bounds_redelivery_by_the_mechanisms_count(fixture).await;
     dead_letters_poison_directly_and_intact(fixture).await;
     operates_the_dead_letter(fixture).await;
+    redrives_an_edited_unit(fixture).await;
     a_second_delivery_changes_nothing(fixture).await;
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
     a_slow_handler_runs_once(fixture).await;
@@ -177,6 +179,8 @@ struct Store {
     stamps_seen: Arc<Mutex<Vec<Seen>>>,
     /// The stamp of each guarded key's stored value.
     stamps: Arc<Mutex<HashMap<String, Stamp>>>,
+    /// The last unit each key's run was handed.
+    units: Arc<Mutex<HashMap<String, Unit>>>,
 }
 
 impl Store {
@@ -196,6 +200,9 @@ impl Store {
     fn writes(&self) -> Vec<String> {
         self.writes.lock().unwrap().clone()
     }
+    fn unit_of(&self, key: &str) -> Option<Unit> {
+        self.units.lock().unwrap().get(key).cloned()
+    }
     fn stamps_seen_by(&self, key: &str) -> Vec<Option<Stamp>> {
         let seen = self.stamps_seen.lock().unwrap();
         seen.iter()
@@ -212,6 +219,7 @@ struct Scripted;
 impl Handler<Store> for Scripted {
     fn call(&self, unit: &Unit, store: &Store) -> impl Future<Output = Outcome> + Send + 'static {
         let script = crate::extract::decode_json::<Script>(unit.payload());
+        let unit = unit.clone();
         let count = unit.delivery_count().get();
         let stamp = unit.stamp();
         let store = store.clone();
@@ -221,6 +229,12 @@ impl Handler<Store> for Scripted {
                 Err(malformed) => return Outcome::Malformed(malformed.to_string()),
             };
             store.runs.lock().unwrap().push((script.key.clone(), count));
+            let handed = unit.clone();
+            store
+                .units
+                .lock()
+                .unwrap()
+                .insert(script.key.clone(), handed);
             if script.guarded {
                 let seen = (script.key.clone(), stamp);
                 store.stamps_seen.lock().unwrap().push(seen);
@@ -784,6 +798,97 @@ pub async fn operates_the_dead_letter<F: Fixture>(fixture: &F) {
     assert_eq!(redriven, ["op-2", "op-3"]);
     assert!(report.not_found.is_empty());
     assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 0);
+}
+
+/// Rule 2, the operator's fix: a unit redriven with an edited payload
+/// ([`DeadLetters::redrive_edited`]) is delivered under its own id with the operator's payload, its
+/// own headers, and the edit recorded in two headers (the digest of the payload replaced); it
+/// leaves the dead letter. An id the dead letter does not hold answers `false` and changes
+/// nothing.
+pub async fn redrives_an_edited_unit<F: Fixture>(fixture: &F) {
+    let name = queue("edit");
+    fixture.declare(&name, 5).await;
+    let original = r#"{"key":"ed-1","value":7,"reject":true}"#;
+    let unit = Unit::new("ed-1", original).with_headers(Headers::from_pairs([("tenant", "acme")]));
+    fixture.publish(&name, unit).await;
+    let store = Store::default();
+    consume_until(fixture, &name, &store, 5, "redrives_an_edited_unit", |s| {
+        s.runs_of("ed-1").len() == 1
+    })
+    .await;
+    wait_dead_letters(fixture, &name, 1).await;
+    let view = fixture.dead_letter(&name).await;
+    let fail = |what: &str, e: crate::transport::TransportError| -> ! {
+        panic!("conformance `redrives_an_edited_unit`: {what}: {e}")
+    };
+
+    let unknown = view
+        .redrive_edited(&UnitId::new("ed-none"), Bytes::from_static(b"{}"))
+        .await
+        .unwrap_or_else(|e| fail("redrive_edited of an unknown id", e));
+    assert!(!unknown, "no dead letter with that id");
+    let left = dead_letters(fixture, &name).await;
+    assert_eq!(left.len(), 1, "nothing changed: {left:?}");
+    assert_eq!(left[0].payload.as_ref(), original.as_bytes());
+
+    let fixed = Bytes::from_static(br#"{"key":"ed-1","value":8}"#);
+    let done = view
+        .redrive_edited(&UnitId::new("ed-1"), fixed.clone())
+        .await
+        .unwrap_or_else(|e| fail("redrive_edited", e));
+    assert!(done, "ed-1 was in the dead letter");
+    assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 0);
+    assert!(
+        view.peek(&UnitId::new("ed-1"))
+            .await
+            .unwrap_or_else(|e| fail("peek", e))
+            .is_none(),
+        "the dead letter no longer holds ed-1"
+    );
+
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "redrives_an_edited_unit (delivered)",
+        |s| s.rows().get("ed-1") == Some(&8),
+    )
+    .await;
+    let delivered = store
+        .unit_of("ed-1")
+        .expect("ed-1 was handed to the handler");
+    assert_eq!(delivered.id().as_str(), "ed-1", "under its own id");
+    assert_eq!(delivered.payload(), &fixed, "the operator's payload");
+    assert_eq!(delivered.delivery_count().get(), 1, "counted afresh");
+    let header = |name: &str| delivered.headers().get_str(name).map(str::to_owned);
+    assert_eq!(
+        header("tenant").as_deref(),
+        Some("acme"),
+        "own headers kept"
+    );
+    assert_eq!(
+        header(crate::headers::EDITED).as_deref(),
+        Some("true"),
+        "the edit is recorded: {:?}",
+        delivered.headers()
+    );
+    use sha2::Digest as _;
+    let digest = hex::encode(sha2::Sha256::digest(original.as_bytes()));
+    assert_eq!(
+        header(crate::headers::ORIGINAL_SHA256),
+        Some(digest),
+        "the digest of the payload replaced"
+    );
+    assert!(
+        delivered
+            .headers()
+            .iter()
+            .all(|(n, _)| !crate::headers::is_dead_letter(n)),
+        "no dead-letter headers: {:?}",
+        delivered.headers()
+    );
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
 /// Rules 1 and 3: a handler slower than the mechanism's redelivery timer (three times as slow)
