@@ -15,6 +15,7 @@
 //! ([`DeadLetters::redrive_edited`]): the same, with their payload in place of its own, and two
 //! headers that keep the edit in the unit's history — [`EDITED`](crate::headers::EDITED) (`true`)
 //! and [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256) (the digest of the payload replaced).
+//! A tool that picks its transport at run time holds any dead letter as an [`AnyDeadLetters`].
 //!
 //! ```
 //! use delivery::dead_letter::{DeadLetters, Selection};
@@ -39,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 
+mod any;
 pub(crate) mod cursor;
 pub(crate) mod depth;
 
@@ -49,6 +51,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+pub use self::any::AnyDeadLetters;
 use crate::disposition::ReasonKind;
 use crate::transport::TransportError;
 use crate::unit::{DeliveryCount, Unit, UnitId};
