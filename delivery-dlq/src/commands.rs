@@ -390,9 +390,12 @@ async fn redrive<D: DeadLetters>(
         }
         ui.confirm(
             args.yes,
-            &format!("Redrive all {total} units in {name} back to their source?"),
+            &format!(
+                "Redrive all {} in {name} back to their source?",
+                units(total)
+            ),
         )?;
-        let spinner = ui.spinner(format!("redriving {total} units from {name}"));
+        let spinner = ui.spinner(format!("redriving {} from {name}", units(total)));
         let report = dead.redrive(Selection::All).await;
         spinner.finish_and_clear();
         let report = report.with_context(|| format!("redriving {name}"))?;
@@ -408,8 +411,8 @@ async fn redrive<D: DeadLetters>(
             let ids = distinct(records.iter().map(|r| r.id().clone()));
             let reason = render::reason(reason.0);
             let question = format!(
-                "Redrive the {} units dead-lettered as {reason} ({} ids) from {name}?",
-                records.len(),
+                "Redrive the {} dead-lettered as {reason} ({} ids) from {name}?",
+                units(records.len() as u64),
                 ids.len()
             );
             (ids, question)
@@ -454,11 +457,12 @@ async fn purge<D: DeadLetters>(
         return Ok(Outcome::NothingMatched);
     }
     let wanted: HashSet<&UnitId> = present.iter().collect();
-    let units = held.iter().filter(|r| wanted.contains(r.id())).count();
+    let held_units = held.iter().filter(|r| wanted.contains(r.id())).count();
     ui.confirm(
         yes,
         &format!(
-            "Purge {units} units ({} ids) from {name} for good?",
+            "Purge {} ({} ids) from {name} for good?",
+            units(held_units as u64),
             present.len()
         ),
     )?;
@@ -489,11 +493,7 @@ impl Tally {
             let (ids, error) = self.failed.remove(0);
             return Err(error.context(format!("{verb} none of {}", joined(&ids))));
         }
-        let mut line = format!(
-            "{verb} {} unit{} from {name}",
-            self.done,
-            if self.done == 1 { "" } else { "s" }
-        );
+        let mut line = format!("{verb} {} from {name}", units(self.done));
         if !self.not_found.is_empty() {
             line.push_str(&format!("; not found: {}", joined(&self.not_found)));
         }
@@ -544,6 +544,11 @@ fn unit_ids(ids: Vec<String>) -> Vec<UnitId> {
 fn distinct(ids: impl Iterator<Item = UnitId>) -> Vec<UnitId> {
     let mut seen = HashSet::new();
     ids.filter(|id| seen.insert(id.clone())).collect()
+}
+
+/// `1 unit`, `2 units`.
+fn units(n: u64) -> String {
+    format!("{n} unit{}", if n == 1 { "" } else { "s" })
 }
 
 fn joined(ids: &[UnitId]) -> String {

@@ -24,7 +24,8 @@ use commands::{Command, Outcome, Ui};
 const AFTER_HELP: &str = "\
 Exit codes:
   0  success
-  1  error: the dead letter could not be read or changed, or the command line is wrong
+  1  error: the dead letter could not be read or changed, the command line is wrong, or a
+     confirmation was declined
   2  nothing matched: no such id, no record selected, an empty dead letter to redrive
   3  partial failure: some ids were not found or could not be redriven or purged
 
