@@ -289,6 +289,16 @@ fn shows(dlq: &Dlq, source: &str) {
     assert!(missing.stderr.contains("no-such-id"), "{missing:?}");
 }
 
+/// Reads the dead letter of [`DEAD`] every way, then redrives `neg-1`: three are left.
+fn read_then_redrive_one(dlq: &Dlq, name: &str, source: &str) {
+    counts_two_malformed_two_rejected(dlq, 4);
+    lists(dlq, source);
+    shows(dlq, source);
+    let one = dlq.ok(&["redrive", "neg-1"]);
+    assert_eq!(one.stdout, format!("redriven 1 unit from {name}\n"));
+    assert_eq!(dlq.ok(&["count"]).field("total"), "3");
+}
+
 /// Everything an operator does, on a dead letter holding [`DEAD`]: `source_ids` reads the ids
 /// of the units the source holds (taking them where reading is taking).
 async fn operate(dlq: &Dlq, name: &str, source: &str, source_ids: impl AsyncFn() -> Vec<String>) {
@@ -512,12 +522,7 @@ async fn nats_count_list_show_and_redrive_one() {
         "--stream",
         &stream,
     ]);
-    counts_two_malformed_two_rejected(&dlq, 4);
-    lists(&dlq, &stream);
-    shows(&dlq, &stream);
-    let one = dlq.ok(&["redrive", "neg-1"]);
-    assert_eq!(one.stdout, format!("redriven 1 unit from {stream}_DLQ\n"));
-    assert_eq!(dlq.ok(&["count"]).field("total"), "3");
+    read_then_redrive_one(&dlq, &topology.dead_letter_stream_name(), &stream);
     for s in [
         topology.stream.clone(),
         topology.dead_letter_stream_name(),
@@ -528,7 +533,7 @@ async fn nats_count_list_show_and_redrive_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_count_and_list() {
+async fn kafka_count_list_show_and_redrive_one() {
     let brokers = kafka_support::brokers();
     let topic = kafka_support::unique_name("cli-kafka");
     let group = format!("{topic}-group");
@@ -556,9 +561,7 @@ async fn kafka_count_and_list() {
         "--group",
         &group,
     ]);
-    counts_two_malformed_two_rejected(&dlq, 4);
-    lists(&dlq, &topic);
-    shows(&dlq, &topic);
+    read_then_redrive_one(&dlq, &topology.dead_letter_topic_name(), &topic);
 }
 
 /// Refuses every record: each is dead on its first attempt.
