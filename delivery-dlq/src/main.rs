@@ -56,6 +56,7 @@ struct Cli {
 
 /// Which dead letter: the transport, where it runs, and the name its dead letter belongs to.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Which dead letter")]
 struct Target {
     /// What holds the dead letter.
     #[arg(long, env = "DLQ_TRANSPORT", value_enum, default_value_t = Transport::Rabbitmq, global = true)]
