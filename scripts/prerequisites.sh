@@ -6,7 +6,7 @@
 # Fails loudly when it cannot.
 set -euo pipefail
 
-packages=(cmake libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-dev)
+packages=(cmake libcurl4-openssl-dev libssl-dev libsasl2-dev zlib1g-dev chromium chromium-driver)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
