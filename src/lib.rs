@@ -444,6 +444,12 @@ pub use delivery_macros::relay;
 
 /// The README's examples, compiled (and run, unless marked `no_run`) as doc tests, so what a new
 /// user copies from it builds.
-#[cfg(all(doctest, feature = "axum", feature = "lapin", feature = "postgres"))]
+#[cfg(all(
+    doctest,
+    feature = "axum",
+    feature = "admin",
+    feature = "lapin",
+    feature = "postgres"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeExamples;

@@ -33,6 +33,8 @@
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
+pub mod admin;
 pub mod consumer;
 pub mod dead_letter;
 pub mod disposition;

@@ -1,0 +1,602 @@
+//! A web console over dead letters (feature `admin`): an axum [`Router`] a service mounts where
+//! it likes, server-rendered HTML with no front-end build.
+//!
+//! The console shows every dead letter it was given grouped by source and reason with counts, a
+//! page per group and per unit (payload — pretty-printed when it is JSON —, headers, reason,
+//! detail, delivery count), and acts on them through [`DeadLetters`]: redrive or purge one unit or
+//! a whole group, and redrive a unit **edited** (the operator's payload in place of its own, the
+//! edit recorded in its headers, [`DeadLetters::redrive_edited`]). A redrive sends a unit back
+//! under its own id (rule 3).
+//!
+//! Secure by default:
+//! - Every route, unknown paths included, answers `401` without the credential: the bearer token
+//!   the console was made with, sent as `Authorization: Bearer <token>` by a script, or the
+//!   session cookie (`HttpOnly`, `SameSite=Strict`) a browser gets by signing in on the `401`
+//!   page's form. The cookie holds an HMAC of the token, never the token.
+//! - What changes anything is a `POST` carrying the console's CSRF token; without it, `403`.
+//! - Payloads, headers, ids and details are always HTML-escaped: a payload `<script>…` shows as
+//!   that text.
+//! - The console reads and changes only the dead letters it was given.
+//!
+//! A service that signs its operators in some other way (an SSO proxy, a tower auth layer) puts
+//! its layer on the router as well: `console.router().layer(your_auth)`; both then apply.
+//!
+//! ```
+//! use delivery::admin::Console;
+//! use delivery::memory::MemoryBroker;
+//!
+//! let broker = MemoryBroker::new();
+//! let console = Console::new("change-me-to-a-long-random-token")
+//!     .dead_letters(broker.dead_letters("orders"))
+//!     .dead_letters(broker.dead_letters("invoices"));
+//! // Beside the service's own routes; the console links within wherever it is mounted.
+//! let app: axum::Router = axum::Router::new().nest("/admin", console.router());
+//! # let _ = app;
+//! ```
+//!
+//! A token shorter than [`MIN_TOKEN_LEN`] is refused when the router is built, so a console is
+//! never served behind a guessable credential:
+//!
+//! ```should_panic
+//! let _ = delivery::admin::Console::new("admin").router();
+//! ```
+
+mod auth;
+mod pages;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ::axum::extract::{Form, FromRequest, OriginalUri, Path, Query, Request, State};
+use ::axum::http::{HeaderValue, Method, StatusCode, header};
+use ::axum::middleware::{self, Next};
+use ::axum::response::{IntoResponse, Redirect, Response};
+use ::axum::routing::{get, post};
+use ::axum::{Extension, Router};
+use bytes::Bytes;
+use serde::Deserialize;
+
+use self::auth::Credential;
+use crate::dead_letter::{AnyDeadLetters, DeadLetter, DeadLetters, Selection};
+use crate::transport::TransportError;
+use crate::unit::UnitId;
+
+/// The shortest bearer token a console accepts.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// Records read per page while the console scans a dead letter to group it.
+const PAGE: usize = 500;
+
+/// A web console over dead letters: made with its credential, given the dead letters it may
+/// show and change, served as an axum [`Router`] (see the [module docs](self)).
+#[derive(Clone)]
+pub struct Console {
+    token: String,
+    dead_letters: Vec<AnyDeadLetters>,
+    scan_limit: usize,
+}
+
+impl std::fmt::Debug for Console {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Console")
+            .field("token", &"<redacted>")
+            .field("dead_letters", &self.dead_letters)
+            .field("scan_limit", &self.scan_limit)
+            .finish()
+    }
+}
+
+impl Console {
+    /// A console that admits requests bearing `token` (at least [`MIN_TOKEN_LEN`] characters:
+    /// [`router`](Self::router) panics on a shorter one).
+    pub fn new(token: impl Into<String>) -> Self {
+        Console {
+            token: token.into(),
+            dead_letters: Vec::new(),
+            scan_limit: 10_000,
+        }
+    }
+
+    /// Adds a dead letter the console shows and acts on, under its
+    /// [`name`](DeadLetters::name). Any of this crate's dead letters, or an [`AnyDeadLetters`].
+    pub fn dead_letters(mut self, dead_letters: impl Into<AnyDeadLetters>) -> Self {
+        self.dead_letters.push(dead_letters.into());
+        self
+    }
+
+    /// How many records of each dead letter the overview and the group actions read (10 000 by
+    /// default): a larger dead letter is shown by its first `limit` records and its full count,
+    /// and a group action acts on the group's units among them.
+    pub fn scan_limit(mut self, limit: usize) -> Self {
+        self.scan_limit = limit.max(1);
+        self
+    }
+
+    /// The console's routes, every one behind the credential.
+    ///
+    /// # Panics
+    ///
+    /// If the token is shorter than [`MIN_TOKEN_LEN`], or two dead letters share a name.
+    pub fn router(self) -> Router {
+        assert!(
+            self.token.chars().count() >= MIN_TOKEN_LEN,
+            "delivery::admin::Console: the token must have at least {MIN_TOKEN_LEN} characters"
+        );
+        let mut by_name = BTreeMap::new();
+        for dead in &self.dead_letters {
+            let name = dead.name().to_owned();
+            assert!(
+                by_name.insert(name.clone(), dead.clone()).is_none(),
+                "delivery::admin::Console: two dead letters are named {name:?}"
+            );
+        }
+        let state = Arc::new(Shared {
+            credential: Credential::new(&self.token),
+            order: self.dead_letters,
+            by_name,
+            scan_limit: self.scan_limit,
+        });
+        Router::new()
+            .route("/", get(overview))
+            .route("/sign-in", post(sign_in))
+            .route("/sign-out", post(sign_out))
+            .route("/d/{dead}", get(group))
+            .route("/d/{dead}/group/redrive", post(redrive_group))
+            .route("/d/{dead}/group/purge", post(purge_group))
+            .route("/d/{dead}/u/{id}", get(unit))
+            .route("/d/{dead}/u/{id}/redrive", post(redrive_unit))
+            .route("/d/{dead}/u/{id}/purge", post(purge_unit))
+            .route("/d/{dead}/u/{id}/edit", post(edit_unit))
+            .fallback(not_found)
+            .layer(middleware::from_fn_with_state(state.clone(), guard))
+            .with_state(state)
+    }
+}
+
+/// What every handler shares.
+struct Shared {
+    credential: Credential,
+    /// The dead letters in the order they were given (the overview's order).
+    order: Vec<AnyDeadLetters>,
+    by_name: BTreeMap<String, AnyDeadLetters>,
+    scan_limit: usize,
+}
+
+type Env = State<Arc<Shared>>;
+
+/// Where the console is mounted (the path before its own routes) and its CSRF token: what every
+/// page needs to link and to post within the console.
+#[derive(Clone, Debug)]
+pub(crate) struct Ctx {
+    base: String,
+    csrf: String,
+}
+
+/// The largest form the console reads (an edited payload is the largest).
+const FORM_LIMIT: usize = 16 << 20;
+
+/// The console's one gate, in front of every route: a request without the credential gets the
+/// `401` sign-in page (except the sign-in itself), a `POST` without the CSRF token gets `403`,
+/// before any handler runs. Every response is kept out of caches and frames, and its page may run
+/// no script.
+async fn guard(
+    State(shared): Env,
+    OriginalUri(original): OriginalUri,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let base = original
+        .path()
+        .strip_suffix(req.uri().path())
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_owned();
+    let ctx = Ctx {
+        base,
+        csrf: shared.credential.csrf().to_owned(),
+    };
+    let signing_in = req.method() == Method::POST && req.uri().path() == "/sign-in";
+    let mut response = if !signing_in && !shared.credential.admits(req.headers()) {
+        (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response()
+    } else if req.method() == Method::POST && !signing_in {
+        match with_csrf(&shared, req).await {
+            Ok(mut req) => {
+                req.extensions_mut().insert(ctx);
+                next.run(req).await
+            }
+            Err(refused) => refused,
+        }
+    } else {
+        req.extensions_mut().insert(ctx);
+        next.run(req).await
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        ),
+    );
+    response
+}
+
+/// A form's CSRF field.
+#[derive(Deserialize)]
+struct Csrf {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `req` as it came, once its form's `csrf` field proved to be the console's; `403` otherwise.
+async fn with_csrf(shared: &Shared, req: Request) -> Result<Request, Response> {
+    let (parts, body) = req.into_parts();
+    let refused = |why: &str| (StatusCode::FORBIDDEN, why.to_owned()).into_response();
+    let body = ::axum::body::to_bytes(body, FORM_LIMIT)
+        .await
+        .map_err(|_| refused("the form is too large or could not be read"))?;
+    let form =
+        Form::<Csrf>::from_request(Request::from_parts(parts.clone(), body.clone().into()), &())
+            .await
+            .map_err(|_| refused("the console accepts only its own forms"))?;
+    if !shared.credential.is_csrf(&form.csrf) {
+        return Err(refused(
+            "the form's CSRF token is missing or wrong: reload the console and try again",
+        ));
+    }
+    Ok(Request::from_parts(parts, body.into()))
+}
+
+#[derive(Deserialize)]
+struct SignIn {
+    token: String,
+}
+
+async fn sign_in(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Form(form): Form<SignIn>,
+) -> Response {
+    if !shared.credential.is_token(&form.token) {
+        return (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, true)).into_response();
+    }
+    let path = if ctx.base.is_empty() { "/" } else { &ctx.base };
+    let cookie = format!(
+        "{}={}; Path={path}; HttpOnly; SameSite=Strict",
+        auth::COOKIE,
+        shared.credential.session()
+    );
+    let mut response = Redirect::to(&format!("{}/", ctx.base)).into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+async fn sign_out(Extension(ctx): Extension<Ctx>) -> Response {
+    let path = if ctx.base.is_empty() { "/" } else { &ctx.base };
+    let cookie = format!(
+        "{}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0",
+        auth::COOKIE
+    );
+    let mut response = (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+async fn not_found(Extension(ctx): Extension<Ctx>) -> Response {
+    failure(&ctx, StatusCode::NOT_FOUND, "No such page in the console.")
+}
+
+/// What the overview says after an action (`?done=…&n=…`): chosen from a fixed set, so a link
+/// cannot make the console say anything else.
+#[derive(Deserialize, Default)]
+pub(crate) struct Done {
+    done: Option<String>,
+    n: Option<u64>,
+}
+
+impl Done {
+    fn message(&self) -> Option<String> {
+        let n = self.n.unwrap_or(0);
+        let units = if n == 1 { "unit" } else { "units" };
+        Some(match self.done.as_deref()? {
+            "redriven" => format!("Redrove {n} {units} to their source."),
+            "purged" => format!("Purged {n} {units} for good."),
+            "edited" => {
+                "Redrove 1 unit with the edited payload (the edit is recorded in its headers)."
+                    .to_owned()
+            }
+            "gone" => "Nothing done: the unit is no longer in the dead letter.".to_owned(),
+            _ => return None,
+        })
+    }
+
+    fn to(ctx: &Ctx, done: &str, n: u64) -> Response {
+        Redirect::to(&format!("{}/?done={done}&n={n}", ctx.base)).into_response()
+    }
+}
+
+/// Records of one group: its dead letter's units from `source` dead-lettered for `reason`.
+pub(crate) struct Group {
+    pub(crate) source: String,
+    pub(crate) reason: String,
+    pub(crate) records: Vec<DeadLetter>,
+}
+
+/// A dead letter as the overview shows it: its count, its groups, or why it could not be read.
+pub(crate) struct Summary {
+    pub(crate) name: String,
+    pub(crate) read: Result<(u64, Vec<Group>, bool), TransportError>,
+}
+
+/// The reason a record is grouped under.
+fn reason_of(record: &DeadLetter) -> &'static str {
+    record.reason.map_or("unknown", |r| r.as_str())
+}
+
+/// Up to `limit` records of `dead`, grouped by source and reason (in that order); `true` when the
+/// dead letter holds more than were read.
+async fn grouped(
+    dead: &AnyDeadLetters,
+    limit: usize,
+) -> Result<(Vec<Group>, bool), TransportError> {
+    let mut groups: BTreeMap<(String, &'static str), Vec<DeadLetter>> = BTreeMap::new();
+    let mut read = 0;
+    let mut after = None;
+    loop {
+        let page = dead.list(PAGE.min(limit - read), after.as_ref()).await?;
+        read += page.records.len();
+        for record in page.records {
+            groups
+                .entry((record.source.clone(), reason_of(&record)))
+                .or_default()
+                .push(record);
+        }
+        match page.next {
+            Some(next) if read < limit => after = Some(next),
+            next => {
+                let groups = groups
+                    .into_iter()
+                    .map(|((source, reason), records)| Group {
+                        source,
+                        reason: reason.to_owned(),
+                        records,
+                    })
+                    .collect();
+                return Ok((groups, next.is_some()));
+            }
+        }
+    }
+}
+
+async fn overview(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Query(done): Query<Done>,
+) -> Response {
+    let mut summaries = Vec::with_capacity(shared.order.len());
+    for dead in &shared.order {
+        let read = async {
+            let count = dead.count().await?;
+            let (groups, more) = grouped(dead, shared.scan_limit).await?;
+            Ok((count, groups, more))
+        }
+        .await;
+        summaries.push(Summary {
+            name: dead.name().to_owned(),
+            read,
+        });
+    }
+    pages::overview(&ctx, done.message().as_deref(), &summaries).into_response()
+}
+
+/// Which group a page or a group action is about.
+#[derive(Deserialize)]
+struct Which {
+    source: String,
+    reason: String,
+}
+
+/// The dead letter named in the path, or the `404` page.
+fn named<'a>(shared: &'a Shared, ctx: &Ctx, name: &str) -> Result<&'a AnyDeadLetters, Response> {
+    shared.by_name.get(name).ok_or_else(|| {
+        failure(
+            ctx,
+            StatusCode::NOT_FOUND,
+            "The console holds no dead letter of that name.",
+        )
+    })
+}
+
+/// The records of the group `which` names in `dead`.
+async fn members(
+    shared: &Shared,
+    dead: &AnyDeadLetters,
+    which: &Which,
+) -> Result<Vec<DeadLetter>, TransportError> {
+    let (groups, _) = grouped(dead, shared.scan_limit).await?;
+    Ok(groups
+        .into_iter()
+        .find(|g| g.source == which.source && g.reason == which.reason)
+        .map(|g| g.records)
+        .unwrap_or_default())
+}
+
+async fn group(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> Response {
+    let dead = match named(&shared, &ctx, &name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    match members(&shared, dead, &which).await {
+        Ok(records) => pages::group(
+            &ctx,
+            &Group {
+                source: which.source,
+                reason: which.reason,
+                records,
+            },
+            &name,
+        )
+        .into_response(),
+        Err(error) => unreadable(&ctx, &error),
+    }
+}
+
+async fn unit(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    let dead = match named(&shared, &ctx, &name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    match dead.peek(&UnitId::new(id)).await {
+        Ok(Some(record)) => pages::unit(&ctx, &name, &record).into_response(),
+        Ok(None) => failure(
+            &ctx,
+            StatusCode::NOT_FOUND,
+            "The dead letter holds no unit with that id (redriven or purged since?).",
+        ),
+        Err(error) => unreadable(&ctx, &error),
+    }
+}
+
+#[derive(Deserialize)]
+struct GroupForm {
+    #[serde(flatten)]
+    which: Which,
+}
+
+async fn redrive_group(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path(name): Path<String>,
+    Form(form): Form<GroupForm>,
+) -> Response {
+    act_on_group(&shared, &ctx, &name, &form, true).await
+}
+
+async fn purge_group(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path(name): Path<String>,
+    Form(form): Form<GroupForm>,
+) -> Response {
+    act_on_group(&shared, &ctx, &name, &form, false).await
+}
+
+/// Redrives (`redrive`) or purges the units of a group, then back to the overview.
+async fn act_on_group(
+    shared: &Shared,
+    ctx: &Ctx,
+    name: &str,
+    form: &GroupForm,
+    redrive: bool,
+) -> Response {
+    let dead = match named(shared, ctx, name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    let done = async {
+        let mut ids: Vec<UnitId> = members(shared, dead, &form.which)
+            .await?
+            .iter()
+            .map(|r| r.id().clone())
+            .collect();
+        ids.dedup();
+        if redrive {
+            let report = dead.redrive(Selection::Ids(&ids)).await?;
+            Ok::<_, TransportError>(("redriven", report.redriven.len() as u64))
+        } else {
+            Ok(("purged", dead.purge(&ids).await?))
+        }
+    }
+    .await;
+    match done {
+        Ok((done, n)) => Done::to(ctx, done, n),
+        Err(error) => unreadable(ctx, &error),
+    }
+}
+
+async fn redrive_unit(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    let dead = match named(&shared, &ctx, &name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    match dead.redrive(Selection::Ids(&[UnitId::new(id)])).await {
+        Ok(report) if report.redriven.is_empty() => Done::to(&ctx, "gone", 0),
+        Ok(report) => Done::to(&ctx, "redriven", report.redriven.len() as u64),
+        Err(error) => unreadable(&ctx, &error),
+    }
+}
+
+async fn purge_unit(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path((name, id)): Path<(String, String)>,
+) -> Response {
+    let dead = match named(&shared, &ctx, &name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    match dead.purge(&[UnitId::new(id)]).await {
+        Ok(0) => Done::to(&ctx, "gone", 0),
+        Ok(n) => Done::to(&ctx, "purged", n),
+        Err(error) => unreadable(&ctx, &error),
+    }
+}
+
+#[derive(Deserialize)]
+struct EditForm {
+    payload: String,
+}
+
+async fn edit_unit(
+    State(shared): Env,
+    Extension(ctx): Extension<Ctx>,
+    Path((name, id)): Path<(String, String)>,
+    Form(form): Form<EditForm>,
+) -> Response {
+    let dead = match named(&shared, &ctx, &name) {
+        Ok(dead) => dead,
+        Err(page) => return page,
+    };
+    // Browsers send a textarea's line breaks as CRLF; the operator typed LF.
+    let payload = Bytes::from(form.payload.replace("\r\n", "\n"));
+    match dead.redrive_edited(&UnitId::new(id), payload).await {
+        Ok(true) => Done::to(&ctx, "edited", 1),
+        Ok(false) => Done::to(&ctx, "gone", 0),
+        Err(error) => unreadable(&ctx, &error),
+    }
+}
+
+/// The page for a dead letter that could not be read or changed: `502`, the error as text.
+fn unreadable(ctx: &Ctx, error: &TransportError) -> Response {
+    failure(
+        ctx,
+        StatusCode::BAD_GATEWAY,
+        &format!("The dead letter could not be read or changed: {error}"),
+    )
+}
+
+fn failure(ctx: &Ctx, status: StatusCode, message: &str) -> Response {
+    (status, pages::failure(ctx, message)).into_response()
+}

@@ -1,0 +1,431 @@
+//! `delivery::admin::Console` served by a real axum `Router` (driven with `oneshot`), over the
+//! in-memory broker's dead letters: the credential on every route, CSRF on every change,
+//! escaping, grouping, and each action doing what it says to the dead letter and its source.
+//! The same console over a real RabbitMQ queue, in a real browser: tests/admin_browser.rs.
+#![cfg(feature = "admin")]
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use delivery::admin::Console;
+use delivery::dead_letter::DeadLetters;
+use delivery::memory::{MemoryBroker, QueueConfig};
+use delivery::{Consumer, HandlerError, Json, Unit, consumer};
+use tower::ServiceExt as _;
+
+const TOKEN: &str = "test-console-token-0123456789";
+
+#[consumer]
+async fn take(Json(n): Json<u32>) -> Result<(), HandlerError> {
+    if n == 13 {
+        return Err(HandlerError::reject(std::io::Error::other("13 is refused")));
+    }
+    Ok(())
+}
+
+/// A broker whose `orders` dead letter holds two malformed units (one a `<script>`) and one the
+/// handler rejected, and whose `invoices` dead letter holds one malformed unit.
+async fn seeded() -> MemoryBroker {
+    let broker = MemoryBroker::new();
+    for queue in ["orders", "invoices"] {
+        broker.declare(queue, QueueConfig::default()).unwrap();
+    }
+    broker.publish("orders", Unit::new("o-1", "not json"));
+    broker.publish(
+        "orders",
+        Unit::new("o/2 ?&", "<script>alert('pwned')</script>"),
+    );
+    broker.publish("orders", Unit::new("o-3", "13"));
+    broker.publish("invoices", Unit::new("i-1", "{oops"));
+    for queue in ["orders", "invoices"] {
+        Consumer::new(broker.consume(queue))
+            .shutdown_on(broker.idle(queue))
+            .run(take)
+            .await;
+    }
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+    broker
+}
+
+/// The console mounted at `/admin` beside a route of the service's own.
+fn app(broker: &MemoryBroker) -> Router {
+    let console = Console::new(TOKEN)
+        .dead_letters(broker.dead_letters("orders"))
+        .dead_letters(broker.dead_letters("invoices"));
+    Router::new()
+        .route("/", axum::routing::get(|| async { "the service" }))
+        .nest("/admin", console.router())
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+async fn send(app: &Router, request: Request<Body>) -> Answer {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+fn get(uri: &str) -> axum::http::request::Builder {
+    Request::get(uri)
+}
+
+fn bearer(builder: axum::http::request::Builder) -> axum::http::request::Builder {
+    builder.header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+}
+
+fn form(uri: &str) -> axum::http::request::Builder {
+    Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+}
+
+/// The CSRF token the console's forms carry.
+fn csrf_of(page: &str) -> String {
+    let at = page
+        .find(r#"name="csrf" value=""#)
+        .expect("a form with a csrf token")
+        + 19;
+    page[at..at + 64].to_owned()
+}
+
+#[tokio::test]
+async fn every_route_answers_401_without_the_credential() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let gets = [
+        "/admin",
+        "/admin/",
+        "/admin/d/orders?source=orders&reason=malformed",
+        "/admin/d/orders/u/o-1",
+        "/admin/no/such/page",
+    ];
+    for uri in gets {
+        for request in [
+            get(uri),
+            get(uri).header(header::AUTHORIZATION, "Bearer wrong-token-0123456789"),
+            get(uri).header(header::COOKIE, format!("delivery_admin={TOKEN}")),
+        ] {
+            let answer = send(&app, request.body(Body::empty()).unwrap()).await;
+            assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "GET {uri}");
+            assert!(answer.body.contains(r#"id="sign-in""#), "GET {uri}");
+            assert!(
+                !answer.body.contains("o-1"),
+                "GET {uri} shows nothing of the dead letter"
+            );
+        }
+    }
+    let posts = [
+        "/admin/d/orders/u/o-1/redrive",
+        "/admin/d/orders/u/o-1/purge",
+        "/admin/d/orders/u/o-1/edit",
+        "/admin/d/orders/group/redrive",
+        "/admin/d/orders/group/purge",
+        "/admin/sign-out",
+    ];
+    for uri in posts {
+        let body = "csrf=x&source=orders&reason=malformed&payload=1";
+        let answer = send(&app, form(uri).body(Body::from(body)).unwrap()).await;
+        assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "POST {uri}");
+    }
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+    assert_eq!(broker.depth("orders"), 0);
+
+    // A wrong token at the sign-in form: 401, no cookie.
+    let body = "token=not-the-token";
+    let answer = send(&app, form("/admin/sign-in").body(Body::from(body)).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert!(answer.headers.get(header::SET_COOKIE).is_none());
+    // The service's own routes are not the console's business.
+    let answer = send(&app, get("/").body(Body::empty()).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn signing_in_sets_a_session_cookie_that_admits_the_browser() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let body = format!("token={TOKEN}");
+    let answer = send(&app, form("/admin/sign-in").body(Body::from(body)).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(answer.headers[header::LOCATION], "/admin/");
+    let cookie = answer.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(cookie.contains("Path=/admin"), "{cookie}");
+    assert!(
+        !cookie.contains(TOKEN),
+        "the cookie never holds the token: {cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+
+    let answer = send(
+        &app,
+        get("/admin/")
+            .header(header::COOKIE, session)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.body.contains(r#"data-name="orders""#));
+    assert_eq!(answer.headers[header::CACHE_CONTROL], "no-store");
+    let csp = answer.headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+}
+
+#[tokio::test]
+async fn the_overview_groups_each_dead_letter_by_source_and_reason_with_escaped_values() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let page = send(&app, bearer(get("/admin/")).body(Body::empty()).unwrap()).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let body = page.body;
+    assert!(
+        body.contains(r#"<section class="dead-letter" data-name="orders">"#),
+        "{body}"
+    );
+    assert!(body.contains(r#"<section class="dead-letter" data-name="invoices">"#));
+    assert!(body.contains(r#"<tr class="group" data-source="orders" data-reason="malformed"><td>orders</td><td>malformed</td><td class="count">2</td>"#), "{body}");
+    assert!(body.contains(r#"data-source="orders" data-reason="rejected"><td>orders</td><td>rejected</td><td class="count">1</td>"#));
+    assert!(body.contains(r#"data-source="invoices" data-reason="malformed"><td>invoices</td><td>malformed</td><td class="count">1</td>"#));
+    // Links stay within the mount point.
+    assert!(
+        body.contains(r#"href="/admin/d/orders?source=orders&amp;reason=malformed""#),
+        "{body}"
+    );
+
+    let group = send(
+        &app,
+        bearer(get("/admin/d/orders?source=orders&reason=malformed"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(group.status, StatusCode::OK);
+    assert!(group.body.contains(r#"<tr class="unit" data-id="o-1">"#));
+    // The id is percent-encoded in the link and escaped in the text; the payload preview too.
+    assert!(
+        group
+            .body
+            .contains(r#"href="/admin/d/orders/u/o%2F2%20%3F%26""#),
+        "{}",
+        group.body
+    );
+    assert!(
+        group
+            .body
+            .contains("&lt;script&gt;alert('pwned')&lt;/script&gt;")
+    );
+    assert!(!group.body.contains("<script>"));
+
+    let unit = send(
+        &app,
+        bearer(get("/admin/d/orders/u/o%2F2%20%3F%26"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(unit.status, StatusCode::OK);
+    assert!(
+        unit.body
+            .contains(r#"<pre id="payload">&lt;script&gt;alert('pwned')&lt;/script&gt;</pre>"#),
+        "{}",
+        unit.body
+    );
+    assert!(unit.body.contains(r#"<dd id="reason">malformed</dd>"#));
+    assert!(unit.body.contains(r#"<dd id="delivery-count">1</dd>"#));
+    assert!(!unit.body.contains("<script>"));
+
+    let missing = send(
+        &app,
+        bearer(get("/admin/d/orders/u/nope"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let unknown = send(
+        &app,
+        bearer(get("/admin/d/elsewhere/u/o-1"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    for body in [
+        "",
+        "csrf=",
+        "csrf=0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        for uri in [
+            "/admin/d/orders/u/o-1/redrive",
+            "/admin/d/orders/u/o-1/purge",
+        ] {
+            let answer = send(&app, bearer(form(uri)).body(Body::from(body)).unwrap()).await;
+            assert_eq!(answer.status, StatusCode::FORBIDDEN, "POST {uri} {body:?}");
+        }
+        let group = format!("{body}&source=orders&reason=malformed");
+        let answer = send(
+            &app,
+            bearer(form("/admin/d/orders/group/purge"))
+                .body(Body::from(group))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    }
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+    assert_eq!(broker.depth("orders"), 0);
+}
+
+#[tokio::test]
+async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let overview = send(&app, bearer(get("/admin/")).body(Body::empty()).unwrap()).await;
+    let csrf = csrf_of(&overview.body);
+    let post = |uri: &str, body: String| bearer(form(uri)).body(Body::from(body)).unwrap();
+
+    // Redrive one unit: back in its source under its own id.
+    let answer = send(
+        &app,
+        post("/admin/d/orders/u/o-3/redrive", format!("csrf={csrf}")),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        answer.headers[header::LOCATION],
+        "/admin/?done=redriven&n=1"
+    );
+    assert_eq!(broker.depth("orders"), 1);
+    let after = send(
+        &app,
+        bearer(get("/admin/?done=redriven&n=1"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        after
+            .body
+            .contains(r#"<p id="flash">Redrove 1 unit to their source.</p>"#),
+        "{}",
+        after.body
+    );
+    // A `done` the console did not send says nothing.
+    let forged = send(
+        &app,
+        bearer(get("/admin/?done=%3Cb%3Ehi&n=1"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(!forged.body.contains(r#"id="flash""#));
+
+    // Edit and redrive: the operator's payload, the edit recorded in the headers.
+    let answer = send(
+        &app,
+        post(
+            "/admin/d/orders/u/o-1/edit",
+            format!("csrf={csrf}&payload=%7B%22n%22%3A%201%7D%0D%0A"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin/?done=edited&n=1");
+    assert_eq!(broker.depth("orders"), 2);
+    let answer = send(
+        &app,
+        post(
+            "/admin/d/orders/u/o-1/edit",
+            format!("csrf={csrf}&payload=1"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        answer.headers[header::LOCATION],
+        "/admin/?done=gone&n=0",
+        "o-1 is no longer dead"
+    );
+
+    // Purge the rest of the malformed group, then the other dead letter's unit.
+    let answer = send(
+        &app,
+        post(
+            "/admin/d/orders/group/purge",
+            format!("csrf={csrf}&source=orders&reason=malformed"),
+        ),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin/?done=purged&n=1");
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 0);
+    let answer = send(
+        &app,
+        post(
+            "/admin/d/invoices/group/redrive",
+            format!("csrf={csrf}&source=invoices&reason=malformed"),
+        ),
+    )
+    .await;
+    assert_eq!(
+        answer.headers[header::LOCATION],
+        "/admin/?done=redriven&n=1"
+    );
+    assert_eq!(broker.depth("invoices"), 1);
+
+    // What came back to `orders`: o-3 as it was, o-1 edited, both under their own ids.
+    let mut source = broker.consume("orders");
+    let mut back = Vec::new();
+    for _ in 0..2 {
+        let (unit, _handle) = delivery::Source::receive(&mut source)
+            .await
+            .unwrap()
+            .unwrap();
+        back.push(unit);
+    }
+    back.sort_by(|a, b| a.id().as_str().cmp(b.id().as_str()));
+    assert_eq!(back[0].id().as_str(), "o-1");
+    assert_eq!(
+        &back[0].payload()[..],
+        b"{\"n\": 1}\n",
+        "CRLF from the browser back to LF"
+    );
+    assert_eq!(
+        back[0].headers().get_str(delivery::headers::EDITED),
+        Some("true")
+    );
+    assert!(
+        back[0]
+            .headers()
+            .get_str(delivery::headers::ORIGINAL_SHA256)
+            .is_some()
+    );
+    assert_eq!(back[1].id().as_str(), "o-3");
+    assert_eq!(&back[1].payload()[..], b"13");
+    assert_eq!(back[1].headers().get_str(delivery::headers::EDITED), None);
+}
+
+#[test]
+#[should_panic(expected = "at least 16 characters")]
+fn a_short_token_is_refused() {
+    let _ = Console::new("short").router();
+}
