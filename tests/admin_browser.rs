@@ -120,8 +120,19 @@ impl Http {
         (response.status().as_u16(), response.text().await.unwrap())
     }
 
-    /// POSTs `fields` form-encoded.
+    /// POSTs `fields` form-encoded: the status and the body.
     async fn post(&self, url: &str, auth: Auth<'_>, fields: &[(&str, &str)]) -> (u16, String) {
+        let (status, _, body) = self.post_for_location(url, auth, fields).await;
+        (status, body)
+    }
+
+    /// POSTs `fields` form-encoded: the status, the `Location` and the body.
+    async fn post_for_location(
+        &self,
+        url: &str,
+        auth: Auth<'_>,
+        fields: &[(&str, &str)],
+    ) -> (u16, Option<String>, String) {
         let body = fields
             .iter()
             .map(|(name, value)| format!("{}={}", form_encode(name), form_encode(value)))
@@ -134,7 +145,15 @@ impl Http {
             .send()
             .await
             .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-        (response.status().as_u16(), response.text().await.unwrap())
+        let location = response
+            .headers()
+            .get("location")
+            .map(|l| l.to_str().unwrap().to_owned());
+        (
+            response.status().as_u16(),
+            location,
+            response.text().await.unwrap(),
+        )
     }
 }
 
@@ -352,6 +371,15 @@ async fn in_a_real_browser() {
         )
         .await;
     assert_eq!(status, 401, "a wrong token signs nobody in");
+    let (status, signed_in_to, _) = http
+        .post_for_location(
+            &format!("{base}/sign-in"),
+            Auth::Nothing,
+            &[("token", TOKEN)],
+        )
+        .await;
+    assert_eq!(status, 303, "the right token signs in");
+    let signed_in_to = signed_in_to.expect("a sign-in redirects");
 
     // 2. Signed in through the form: the dead letter, grouped by reason, with its counts.
     element(&client, r#"form#sign-in input[name="token"]"#)
@@ -367,6 +395,10 @@ async fn in_a_real_browser() {
     let overview_path = overview_url.path().to_owned();
     assert_eq!(href(&client, "header a").await, overview);
     assert!(overview.starts_with(&base), "{overview} is within {base}");
+    assert_eq!(
+        overview_path, signed_in_to,
+        "a sign-in leads to the overview"
+    );
     let cookies = client.get_all_cookies().await.unwrap();
     assert!(
         cookies.iter().any(|c| c.http_only() == Some(true)
@@ -502,7 +534,16 @@ async fn in_a_real_browser() {
         5,
         "no action without the CSRF token"
     );
-    assert!(dead.peek(&UnitId::new("xss-1")).await.unwrap().is_some());
+    let hostile = dead
+        .peek(&UnitId::new("xss-1"))
+        .await
+        .unwrap()
+        .expect("still there");
+    assert_eq!(
+        hostile.unit.payload().as_ref(),
+        HOSTILE.as_bytes(),
+        "not edited"
+    );
 
     // 4. The shop opens. `bad-1` is fixed and redriven from its page: applied, and the malformed
     // group shrinks.
@@ -616,6 +657,8 @@ async fn in_a_real_browser() {
         .expect("the consumer stops within 30 s")
         .unwrap();
     assert_eq!(report.acked, 3, "{report:?}");
+    // Five units dead-lettered once each: no refused action redrove one, to come back.
+    assert_eq!(report.dead_lettered, 5, "{report:?}");
     rabbitmq::delete_queues(
         &connection,
         [topology.queue.as_str(), &topology.dead_letter_queue_name()],
