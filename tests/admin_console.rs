@@ -482,3 +482,90 @@ async fn behind_the_services_own_auth_layer_the_layer_decides_and_csrf_still_hol
     assert_eq!(answer.headers[header::LOCATION], "/ops?done=purged&n=1");
     assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 2);
 }
+
+/// Refuses every record: each is dead on its first attempt.
+#[cfg(feature = "sqlite")]
+struct Refuse;
+
+#[cfg(feature = "sqlite")]
+impl delivery::outbox::Relay<()> for Refuse {
+    fn call(
+        &self,
+        _record: &delivery::outbox::Record,
+        _state: &(),
+    ) -> impl Future<Output = delivery::outbox::Attempt> + Send + 'static {
+        std::future::ready(delivery::outbox::Attempt::Failed(HandlerError::reject(
+            "refused by the receiver",
+        )))
+    }
+}
+
+/// An outbox's dead records in the console: grouped under their topic, shown, redriven edited
+/// (the record pending again with the operator's payload and the edit in its headers).
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn an_outbox_stores_dead_records_are_operated_in_the_console() {
+    use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
+
+    let pool = delivery::sqlx::SqlitePool::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let outbox = Outbox::new();
+    let store = outbox.sqlite(pool.clone());
+    store.migrate().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    for (id, payload) in [("ev-1", "{\"n\":-1}"), ("ev-2", "<i>x</i>")] {
+        let record = NewRecord::new("orders.events", payload.as_bytes().to_vec()).id(id);
+        outbox.write(&mut tx, record).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    Relayer::new(store.clone())
+        .poll_interval(std::time::Duration::from_millis(10))
+        .shutdown_on(store.idle())
+        .run(Refuse)
+        .await;
+
+    let app = Router::new().nest(
+        "/admin",
+        Console::new(TOKEN).dead_letters(store.clone()).router(),
+    );
+    let overview = send(&app, bearer(get("/admin")).body(Body::empty()).unwrap()).await;
+    assert!(
+        overview.body.contains(r#"<tr class="group" data-source="orders.events" data-reason="rejected"><td>orders.events</td><td>rejected</td><td class="count">2</td>"#),
+        "{}",
+        overview.body
+    );
+    let csrf = csrf_of(&overview.body);
+    let page = send(
+        &app,
+        bearer(get("/admin/d/delivery_outbox/u/ev-2"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        page.body
+            .contains(r#"<pre id="payload">&lt;i&gt;x&lt;/i&gt;</pre>"#),
+        "{}",
+        page.body
+    );
+
+    let body = format!("csrf={csrf}&payload=%7B%22n%22%3A1%7D");
+    let answer = send(
+        &app,
+        bearer(form("/admin/d/delivery_outbox/u/ev-1/edit"))
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=edited&n=1");
+    let record = store.get(&"ev-1".into()).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Pending);
+    assert_eq!(&record.payload[..], b"{\"n\":1}");
+    assert_eq!(
+        delivery::dead_letter::DeadLetters::count(&store)
+            .await
+            .unwrap(),
+        1
+    );
+}
