@@ -2,7 +2,7 @@
 //!
 //!     ADMIN_TOKEN=$(openssl rand -hex 16) cargo run --features admin,lapin --example console
 //!
-//! then open <http://127.0.0.1:8080/admin/> and sign in with the token.
+//! then open <http://127.0.0.1:8080/admin> and sign in with the token.
 //!
 //! Env: `ADMIN_TOKEN` (required, at least 16 characters), `AMQP_URL` (default
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`), `QUEUE` (default `console-orders`; its dead letter is
@@ -119,11 +119,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let app = Router::new()
         .route(
             "/",
-            get(|| async { "the service; its dead letters: /admin/" }),
+            get(|| async { "the service; its dead letters: /admin" }),
         )
         .nest("/admin", console.router());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    tracing::info!("console on http://{}/admin/", listener.local_addr()?);
+    tracing::info!("console on http://{}/admin", listener.local_addr()?);
 
     let source = RabbitSource::connect(amqp_url.as_str(), topology).await?;
     let (stop_consumer, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -104,9 +104,8 @@ async fn every_route_answers_401_without_the_credential() {
     let app = app(&broker);
     let gets = [
         "/admin",
-        "/admin/",
-        "/admin/d/orders?source=orders&reason=malformed",
-        "/admin/d/orders/u/o-1",
+        "/admin/d/orders.dead-letter?source=orders&reason=malformed",
+        "/admin/d/orders.dead-letter/u/o-1",
         "/admin/no/such/page",
     ];
     for uri in gets {
@@ -125,11 +124,11 @@ async fn every_route_answers_401_without_the_credential() {
         }
     }
     let posts = [
-        "/admin/d/orders/u/o-1/redrive",
-        "/admin/d/orders/u/o-1/purge",
-        "/admin/d/orders/u/o-1/edit",
-        "/admin/d/orders/group/redrive",
-        "/admin/d/orders/group/purge",
+        "/admin/d/orders.dead-letter/u/o-1/redrive",
+        "/admin/d/orders.dead-letter/u/o-1/purge",
+        "/admin/d/orders.dead-letter/u/o-1/edit",
+        "/admin/d/orders.dead-letter/group/redrive",
+        "/admin/d/orders.dead-letter/group/purge",
         "/admin/sign-out",
     ];
     for uri in posts {
@@ -157,7 +156,7 @@ async fn signing_in_sets_a_session_cookie_that_admits_the_browser() {
     let body = format!("token={TOKEN}");
     let answer = send(&app, form("/admin/sign-in").body(Body::from(body)).unwrap()).await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
-    assert_eq!(answer.headers[header::LOCATION], "/admin/");
+    assert_eq!(answer.headers[header::LOCATION], "/admin");
     let cookie = answer.headers[header::SET_COOKIE].to_str().unwrap();
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
@@ -172,14 +171,14 @@ async fn signing_in_sets_a_session_cookie_that_admits_the_browser() {
 
     let answer = send(
         &app,
-        get("/admin/")
+        get("/admin")
             .header(header::COOKIE, session)
             .body(Body::empty())
             .unwrap(),
     )
     .await;
     assert_eq!(answer.status, StatusCode::OK);
-    assert!(answer.body.contains(r#"data-name="orders""#));
+    assert!(answer.body.contains(r#"data-name="orders.dead-letter""#));
     assert_eq!(answer.headers[header::CACHE_CONTROL], "no-store");
     let csp = answer.headers[header::CONTENT_SECURITY_POLICY]
         .to_str()
@@ -191,28 +190,30 @@ async fn signing_in_sets_a_session_cookie_that_admits_the_browser() {
 async fn the_overview_groups_each_dead_letter_by_source_and_reason_with_escaped_values() {
     let broker = seeded().await;
     let app = app(&broker);
-    let page = send(&app, bearer(get("/admin/")).body(Body::empty()).unwrap()).await;
+    let page = send(&app, bearer(get("/admin")).body(Body::empty()).unwrap()).await;
     assert_eq!(page.status, StatusCode::OK);
     let body = page.body;
     assert!(
-        body.contains(r#"<section class="dead-letter" data-name="orders">"#),
+        body.contains(r#"<section class="dead-letter" data-name="orders.dead-letter">"#),
         "{body}"
     );
-    assert!(body.contains(r#"<section class="dead-letter" data-name="invoices">"#));
+    assert!(body.contains(r#"<section class="dead-letter" data-name="invoices.dead-letter">"#));
     assert!(body.contains(r#"<tr class="group" data-source="orders" data-reason="malformed"><td>orders</td><td>malformed</td><td class="count">2</td>"#), "{body}");
     assert!(body.contains(r#"data-source="orders" data-reason="rejected"><td>orders</td><td>rejected</td><td class="count">1</td>"#));
     assert!(body.contains(r#"data-source="invoices" data-reason="malformed"><td>invoices</td><td>malformed</td><td class="count">1</td>"#));
     // Links stay within the mount point.
     assert!(
-        body.contains(r#"href="/admin/d/orders?source=orders&amp;reason=malformed""#),
+        body.contains(r#"href="/admin/d/orders.dead-letter?source=orders&amp;reason=malformed""#),
         "{body}"
     );
 
     let group = send(
         &app,
-        bearer(get("/admin/d/orders?source=orders&reason=malformed"))
-            .body(Body::empty())
-            .unwrap(),
+        bearer(get(
+            "/admin/d/orders.dead-letter?source=orders&reason=malformed",
+        ))
+        .body(Body::empty())
+        .unwrap(),
     )
     .await;
     assert_eq!(group.status, StatusCode::OK);
@@ -221,7 +222,7 @@ async fn the_overview_groups_each_dead_letter_by_source_and_reason_with_escaped_
     assert!(
         group
             .body
-            .contains(r#"href="/admin/d/orders/u/o%2F2%20%3F%26""#),
+            .contains(r#"href="/admin/d/orders.dead-letter/u/o%2F2%20%3F%26""#),
         "{}",
         group.body
     );
@@ -234,7 +235,7 @@ async fn the_overview_groups_each_dead_letter_by_source_and_reason_with_escaped_
 
     let unit = send(
         &app,
-        bearer(get("/admin/d/orders/u/o%2F2%20%3F%26"))
+        bearer(get("/admin/d/orders.dead-letter/u/o%2F2%20%3F%26"))
             .body(Body::empty())
             .unwrap(),
     )
@@ -252,7 +253,7 @@ async fn the_overview_groups_each_dead_letter_by_source_and_reason_with_escaped_
 
     let missing = send(
         &app,
-        bearer(get("/admin/d/orders/u/nope"))
+        bearer(get("/admin/d/orders.dead-letter/u/nope"))
             .body(Body::empty())
             .unwrap(),
     )
@@ -278,8 +279,8 @@ async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
         "csrf=0000000000000000000000000000000000000000000000000000000000000000",
     ] {
         for uri in [
-            "/admin/d/orders/u/o-1/redrive",
-            "/admin/d/orders/u/o-1/purge",
+            "/admin/d/orders.dead-letter/u/o-1/redrive",
+            "/admin/d/orders.dead-letter/u/o-1/purge",
         ] {
             let answer = send(&app, bearer(form(uri)).body(Body::from(body)).unwrap()).await;
             assert_eq!(answer.status, StatusCode::FORBIDDEN, "POST {uri} {body:?}");
@@ -287,7 +288,7 @@ async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
         let group = format!("{body}&source=orders&reason=malformed");
         let answer = send(
             &app,
-            bearer(form("/admin/d/orders/group/purge"))
+            bearer(form("/admin/d/orders.dead-letter/group/purge"))
                 .body(Body::from(group))
                 .unwrap(),
         )
@@ -302,25 +303,25 @@ async fn a_post_without_the_csrf_token_is_refused_and_changes_nothing() {
 async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     let broker = seeded().await;
     let app = app(&broker);
-    let overview = send(&app, bearer(get("/admin/")).body(Body::empty()).unwrap()).await;
+    let overview = send(&app, bearer(get("/admin")).body(Body::empty()).unwrap()).await;
     let csrf = csrf_of(&overview.body);
     let post = |uri: &str, body: String| bearer(form(uri)).body(Body::from(body)).unwrap();
 
     // Redrive one unit: back in its source under its own id.
     let answer = send(
         &app,
-        post("/admin/d/orders/u/o-3/redrive", format!("csrf={csrf}")),
+        post(
+            "/admin/d/orders.dead-letter/u/o-3/redrive",
+            format!("csrf={csrf}"),
+        ),
     )
     .await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER);
-    assert_eq!(
-        answer.headers[header::LOCATION],
-        "/admin/?done=redriven&n=1"
-    );
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=redriven&n=1");
     assert_eq!(broker.depth("orders"), 1);
     let after = send(
         &app,
-        bearer(get("/admin/?done=redriven&n=1"))
+        bearer(get("/admin?done=redriven&n=1"))
             .body(Body::empty())
             .unwrap(),
     )
@@ -335,7 +336,7 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     // A `done` the console did not send says nothing.
     let forged = send(
         &app,
-        bearer(get("/admin/?done=%3Cb%3Ehi&n=1"))
+        bearer(get("/admin?done=%3Cb%3Ehi&n=1"))
             .body(Body::empty())
             .unwrap(),
     )
@@ -346,24 +347,24 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     let answer = send(
         &app,
         post(
-            "/admin/d/orders/u/o-1/edit",
+            "/admin/d/orders.dead-letter/u/o-1/edit",
             format!("csrf={csrf}&payload=%7B%22n%22%3A%201%7D%0D%0A"),
         ),
     )
     .await;
-    assert_eq!(answer.headers[header::LOCATION], "/admin/?done=edited&n=1");
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=edited&n=1");
     assert_eq!(broker.depth("orders"), 2);
     let answer = send(
         &app,
         post(
-            "/admin/d/orders/u/o-1/edit",
+            "/admin/d/orders.dead-letter/u/o-1/edit",
             format!("csrf={csrf}&payload=1"),
         ),
     )
     .await;
     assert_eq!(
         answer.headers[header::LOCATION],
-        "/admin/?done=gone&n=0",
+        "/admin?done=gone&n=0",
         "o-1 is no longer dead"
     );
 
@@ -371,25 +372,22 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     let answer = send(
         &app,
         post(
-            "/admin/d/orders/group/purge",
+            "/admin/d/orders.dead-letter/group/purge",
             format!("csrf={csrf}&source=orders&reason=malformed"),
         ),
     )
     .await;
-    assert_eq!(answer.headers[header::LOCATION], "/admin/?done=purged&n=1");
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=purged&n=1");
     assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 0);
     let answer = send(
         &app,
         post(
-            "/admin/d/invoices/group/redrive",
+            "/admin/d/invoices.dead-letter/group/redrive",
             format!("csrf={csrf}&source=invoices&reason=malformed"),
         ),
     )
     .await;
-    assert_eq!(
-        answer.headers[header::LOCATION],
-        "/admin/?done=redriven&n=1"
-    );
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=redriven&n=1");
     assert_eq!(broker.depth("invoices"), 1);
 
     // What came back to `orders`: o-3 as it was, o-1 edited, both under their own ids.
@@ -428,4 +426,146 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
 #[should_panic(expected = "at least 16 characters")]
 fn a_short_token_is_refused() {
     let _ = Console::new("short").router();
+}
+
+/// The service's own check in place of the token's: a header its proxy sets.
+async fn operators_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match request.headers().get("x-operator") {
+        Some(who) if who == "ada" => next.run(request).await,
+        _ => StatusCode::UNAUTHORIZED.into_response(),
+    }
+}
+
+#[tokio::test]
+async fn behind_the_services_own_auth_layer_the_layer_decides_and_csrf_still_holds() {
+    let broker = seeded().await;
+    let console = Console::new(TOKEN)
+        .dead_letters(broker.dead_letters("orders"))
+        .auth_layer(axum::middleware::from_fn(operators_only));
+    let app = Router::new().nest("/ops", console.router());
+
+    // The token is no credential here: only the layer admits.
+    let answer = send(&app, bearer(get("/ops")).body(Body::empty()).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    let answer = send(&app, get("/ops/nope").body(Body::empty()).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    let answer = send(
+        &app,
+        get("/ops")
+            .header("x-operator", "ada")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(
+        answer
+            .body
+            .contains(r#"href="/ops/d/orders.dead-letter?source=orders&amp;reason=rejected""#)
+    );
+    let csrf = csrf_of(&answer.body);
+
+    let purge = |body: String| {
+        form("/ops/d/orders.dead-letter/u/o-1/purge")
+            .header("x-operator", "ada")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let answer = send(&app, purge("csrf=wrong".to_owned())).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+    let answer = send(&app, purge(format!("csrf={csrf}"))).await;
+    assert_eq!(answer.headers[header::LOCATION], "/ops?done=purged&n=1");
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 2);
+}
+
+/// Refuses every record: each is dead on its first attempt.
+#[cfg(feature = "sqlite")]
+struct Refuse;
+
+#[cfg(feature = "sqlite")]
+impl delivery::outbox::Relay<()> for Refuse {
+    fn call(
+        &self,
+        _record: &delivery::outbox::Record,
+        _state: &(),
+    ) -> impl Future<Output = delivery::outbox::Attempt> + Send + 'static {
+        std::future::ready(delivery::outbox::Attempt::Failed(HandlerError::reject(
+            "refused by the receiver",
+        )))
+    }
+}
+
+/// An outbox's dead records in the console: grouped under their topic, shown, redriven edited
+/// (the record pending again with the operator's payload and the edit in its headers).
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn an_outbox_stores_dead_records_are_operated_in_the_console() {
+    use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
+
+    let pool = delivery::sqlx::SqlitePool::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    let outbox = Outbox::new();
+    let store = outbox.sqlite(pool.clone());
+    store.migrate().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    for (id, payload) in [("ev-1", "{\"n\":-1}"), ("ev-2", "<i>x</i>")] {
+        let record = NewRecord::new("orders.events", payload.as_bytes().to_vec()).id(id);
+        outbox.write(&mut tx, record).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    Relayer::new(store.clone())
+        .poll_interval(std::time::Duration::from_millis(10))
+        .shutdown_on(store.idle())
+        .run(Refuse)
+        .await;
+
+    let app = Router::new().nest(
+        "/admin",
+        Console::new(TOKEN).dead_letters(store.clone()).router(),
+    );
+    let overview = send(&app, bearer(get("/admin")).body(Body::empty()).unwrap()).await;
+    assert!(
+        overview.body.contains(r#"<tr class="group" data-source="orders.events" data-reason="rejected"><td>orders.events</td><td>rejected</td><td class="count">2</td>"#),
+        "{}",
+        overview.body
+    );
+    let csrf = csrf_of(&overview.body);
+    let page = send(
+        &app,
+        bearer(get("/admin/d/delivery_outbox/u/ev-2"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        page.body
+            .contains(r#"<pre id="payload">&lt;i&gt;x&lt;/i&gt;</pre>"#),
+        "{}",
+        page.body
+    );
+
+    let body = format!("csrf={csrf}&payload=%7B%22n%22%3A1%7D");
+    let answer = send(
+        &app,
+        bearer(form("/admin/d/delivery_outbox/u/ev-1/edit"))
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=edited&n=1");
+    let record = store.get(&"ev-1".into()).await.unwrap().unwrap();
+    assert_eq!(record.status, Status::Pending);
+    assert_eq!(&record.payload[..], b"{\"n\":1}");
+    assert_eq!(
+        delivery::dead_letter::DeadLetters::count(&store)
+            .await
+            .unwrap(),
+        1
+    );
 }

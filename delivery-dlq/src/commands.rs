@@ -2,7 +2,8 @@
 //! letter and hands it to [`run`].
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -10,6 +11,7 @@ use clap::{ArgGroup, Args, Subcommand};
 use delivery::dead_letter::{Cursor, DeadLetter, DeadLetters, Selection};
 use delivery::{ReasonKind, TransportError, UnitId};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
 
 use crate::render;
 
@@ -41,7 +43,7 @@ pub enum Command {
         json: bool,
     },
     /// Sends units back to their source under their own ids; each leaves the dead letter only
-    /// once its source holds it.
+    /// once its source holds it. With --payload or --edit, one unit with a corrected payload.
     Redrive(RedriveArgs),
     /// Removes units from the dead letter for good.
     Purge {
@@ -95,6 +97,15 @@ pub struct RedriveArgs {
     /// Every unit in the dead letter.
     #[arg(long)]
     all: bool,
+    /// Redrive the one id with the payload in FILE (`-`: stdin) in place of its own; the edit is
+    /// recorded in its headers (x-delivery-edited, x-delivery-original-sha256).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["reason", "all", "edit"])]
+    payload: Option<PathBuf>,
+    /// Redrive the one id with its payload as edited in $VISUAL or $EDITOR (default vi): JSON
+    /// pretty-printed to edit and sent compact; an editor's added final newline dropped. Recorded
+    /// in its headers as --payload is.
+    #[arg(long, conflicts_with_all = ["reason", "all"])]
+    edit: bool,
     /// Do not ask for confirmation.
     #[arg(long, short)]
     yes: bool,
@@ -378,6 +389,9 @@ async fn redrive<D: DeadLetters>(
     ui: &Ui,
     out: &mut impl Write,
 ) -> anyhow::Result<Outcome> {
+    if args.payload.is_some() || args.edit {
+        return redrive_edited(dead, args, ui, out).await;
+    }
     let name = dead.name();
     if args.all {
         let total = dead
@@ -437,6 +451,114 @@ async fn redrive<D: DeadLetters>(
     })
     .await;
     tally.summary("redriven", name, out)
+}
+
+/// `redrive ID --payload FILE` or `--edit`: the one unit back under its own id with the payload
+/// replaced, the dead letter recording the edit in its headers.
+async fn redrive_edited<D: DeadLetters>(
+    dead: &D,
+    args: RedriveArgs,
+    ui: &Ui,
+    out: &mut impl Write,
+) -> anyhow::Result<Outcome> {
+    let name = dead.name();
+    let [id] = args.ids.as_slice() else {
+        bail!("--payload and --edit redrive exactly one id");
+    };
+    let id = UnitId::new(id.as_str());
+    let record = dead
+        .peek(&id)
+        .await
+        .with_context(|| format!("reading {id} from {name}"))?;
+    let Some(record) = record else {
+        eprintln!("not in {name}: {id}");
+        return Ok(Outcome::NothingMatched);
+    };
+    let original = record.unit.payload();
+    let payload = match &args.payload {
+        Some(file) if file.as_os_str() == "-" => {
+            let mut payload = Vec::new();
+            std::io::stdin().lock().read_to_end(&mut payload)?;
+            payload
+        }
+        Some(file) => std::fs::read(file).with_context(|| format!("reading {}", file.display()))?,
+        None => edit(original)?,
+    };
+    if payload.trim_ascii().is_empty() {
+        bail!("the new payload is empty: nothing was redriven");
+    }
+    if payload == original[..] {
+        bail!(
+            "the payload is unchanged: nothing was redriven (`redrive {id}` sends it back as it is)"
+        );
+    }
+    ui.confirm(
+        args.yes,
+        &format!(
+            "{id} in {name}:\n  original payload: {}\n  edited payload:   {}\n\
+             Redrive it with the edited payload?",
+            render::payload_summary(original),
+            render::payload_summary(&payload)
+        ),
+    )?;
+    let redriven = dead
+        .redrive_edited(&id, payload.into())
+        .await
+        .with_context(|| format!("redriving {id} edited from {name}"))?;
+    if !redriven {
+        eprintln!("not in {name}: {id}");
+        return Ok(Outcome::NothingMatched);
+    }
+    writeln!(
+        out,
+        "redriven {id} edited from {name}; original payload sha256 {}",
+        render::sha256(original)
+    )?;
+    Ok(Outcome::Done)
+}
+
+/// `original` as the operator leaves it in `$VISUAL` or `$EDITOR` (default `vi`), run through
+/// the shell (so `EDITOR="code -w"` works) on a temporary file: a JSON payload pretty-printed
+/// there and sent back compact (`original` itself when it is the same JSON), any other as it is,
+/// less a final newline the editor added.
+fn edit(original: &[u8]) -> anyhow::Result<Vec<u8>> {
+    let json = serde_json::from_slice::<Value>(original).ok();
+    let (text, suffix) = match &json {
+        Some(value) => (format!("{value:#}\n").into_bytes(), ".json"),
+        None => (original.to_vec(), ".txt"),
+    };
+    let mut file = tempfile::Builder::new()
+        .prefix("delivery-dlq-")
+        .suffix(suffix)
+        .tempfile()?;
+    file.write_all(&text)?;
+    let path = file.into_temp_path();
+    let editor = ["VISUAL", "EDITOR"]
+        .into_iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .find(|editor| !editor.trim().is_empty())
+        .unwrap_or_else(|| "vi".to_owned());
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&path)
+        .status()
+        .with_context(|| format!("running {editor}"))?;
+    if !status.success() {
+        bail!("{editor} failed ({status}): nothing was redriven");
+    }
+    let mut edited = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    match (json, serde_json::from_slice::<Value>(&edited)) {
+        (Some(before), Ok(after)) if before == after => Ok(original.to_vec()),
+        (Some(_), Ok(after)) => Ok(serde_json::to_vec(&after)?),
+        _ => {
+            if edited.ends_with(b"\n") && !original.ends_with(b"\n") {
+                edited.pop();
+            }
+            Ok(edited)
+        }
+    }
 }
 
 async fn purge<D: DeadLetters>(

@@ -2,6 +2,12 @@
 //! dead-letter queue, a Redis or JetStream dead-letter stream, a Kafka dead-letter topic, an
 //! outbox table's dead records (PostgreSQL, SQLite).
 //!
+//! A redrive sends a unit back under its own id, its deliveries counted afresh; `redrive ID
+//! --payload FILE` or `--edit` (in `$VISUAL` or `$EDITOR`) sends it with an operator's corrected
+//! payload instead, the edit recorded in its headers (`x-delivery-edited`, and the original's
+//! digest in `x-delivery-original-sha256`) through
+//! [`DeadLetters::redrive_edited`](delivery::dead_letter::DeadLetters::redrive_edited).
+//!
 //! The commands are written once, over [`DeadLetters`](delivery::dead_letter::DeadLetters)
 //! ([`commands::run`]); this file only parses the command line and builds the dead letter it
 //! names.
@@ -24,25 +30,30 @@ use commands::{Command, Outcome, Ui};
 const AFTER_HELP: &str = "\
 Exit codes:
   0  success
-  1  error: the dead letter could not be read or changed, the command line is wrong, or a
-     confirmation was declined
+  1  error: the dead letter could not be read or changed, the command line is wrong, a
+     confirmation was declined, or an edited payload is empty or unchanged
   2  nothing matched: no such id, no record selected, an empty dead letter to redrive
   3  partial failure: some ids were not found or could not be redriven or purged
 
-Bulk actions (redrive of several ids, --reason or --all; every purge) ask for confirmation on
-the terminal unless --yes is given; without a terminal and without --yes they refuse.
+Bulk actions (redrive of several ids, --reason or --all; every purge) and an edited redrive
+(--payload FILE, --edit) ask for confirmation on the terminal unless --yes is given; without a
+terminal and without --yes they refuse. An edited redrive keeps the unit's id and records the
+edit in its headers: x-delivery-edited, x-delivery-original-sha256.
 
 Examples:
   delivery-dlq --transport rabbitmq --queue orders count
   delivery-dlq --transport redis --stream orders --group billing list --reason malformed
   delivery-dlq --transport kafka --topic orders --group billing list --json --limit 100
   delivery-dlq --transport postgres --table delivery_outbox show order-42
-  DLQ_TRANSPORT=nats STREAM=ORDERS delivery-dlq redrive --all --yes";
+  DLQ_TRANSPORT=nats STREAM=ORDERS delivery-dlq redrive --all --yes
+  delivery-dlq --transport rabbitmq --queue orders redrive order-42 --payload fixed.json
+  EDITOR=\"code -w\" delivery-dlq --transport redis --stream orders redrive order-42 --edit";
 
 /// Read and redrive a delivery dead letter: count, list, show, redrive, purge.
 ///
 /// A redrive sends each unit back to where it came from under its own id, with its own payload
-/// and headers, and removes it from the dead letter only once its source holds it; a purge
+/// and headers (or, with --payload or --edit, one unit with a corrected payload, the edit recorded
+/// in its headers), and removes it from the dead letter only once its source holds it; a purge
 /// removes units for good. Listing, showing and counting consume nothing.
 #[derive(Debug, Parser)]
 #[command(name = "delivery-dlq", version, after_help = AFTER_HELP)]

@@ -1,5 +1,6 @@
 //! How records are printed: a table, one record in full, JSON; payloads pretty-printed when they
-//! are JSON and escaped when they are not; times in RFC 3339 (UTC).
+//! are JSON and escaped when they are not, summed up by size and SHA-256 where an edit replaces
+//! them; times in RFC 3339 (UTC).
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -8,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use delivery::ReasonKind;
 use delivery::dead_letter::DeadLetter;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 
 /// The longest detail a table row shows; `show` prints it whole.
 const DETAIL_WIDTH: usize = 60;
@@ -109,6 +111,25 @@ pub fn record_json(record: &DeadLetter) -> Value {
         "payload": payload,
         "payload_encoding": encoding,
     })
+}
+
+/// The lowercase hex SHA-256 of `payload`, as `x-delivery-original-sha256` records it.
+pub fn sha256(payload: &[u8]) -> String {
+    hex::encode(Sha256::digest(payload))
+}
+
+/// A payload in one line, as an edited redrive's confirmation shows it: its size, whether it is
+/// JSON, and its digest.
+pub fn payload_summary(payload: &[u8]) -> String {
+    let kind = match serde_json::from_slice::<Value>(payload) {
+        Ok(_) => "JSON",
+        Err(_) => "not JSON",
+    };
+    format!(
+        "{} bytes, {kind}, sha256 {}",
+        payload.len(),
+        sha256(payload)
+    )
 }
 
 /// `rows` in columns under `header` (none when empty), two spaces apart.
@@ -241,6 +262,16 @@ mod tests {
         assert_eq!(time(UNIX_EPOCH, false), "1970-01-01T00:00:00Z");
         let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert_eq!(time(leap, false), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn digests_are_lowercase_hex_sha256() {
+        assert_eq!(
+            sha256(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert!(payload_summary(b"{}").starts_with("2 bytes, JSON, sha256 44136fa3"));
+        assert!(payload_summary(b"{oops").starts_with("5 bytes, not JSON, sha256 "));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! (tansu), PostgreSQL and SQLite — over dead letters a real consumer (or outbox relay) filled:
 //! count, list (table, JSON, filters, paging), show (a JSON payload pretty-printed, a binary one
 //! escaped), redrive (one id back in its source under the same id, ids with one not found, by
-//! reason, all), purge, confirmation refused without a terminal, and the exit codes. Fails, never
-//! skips, when a server is unreachable.
+//! reason, all), an edited redrive (`--payload FILE`, `--payload -`, `--edit` in `$EDITOR`: back
+//! in its source under its own id with the new payload and the edit's headers; an unchanged or
+//! empty edit refused), purge, confirmation refused without a terminal, and the exit codes. Fails,
+//! never skips, when a server is unreachable.
 
 #[path = "../../tests/support/dead_letters.rs"]
 mod dead_letters;
@@ -13,14 +15,17 @@ mod kafka_support;
 mod rabbitmq;
 
 use std::collections::{BTreeSet, HashMap};
+use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use dead_letters::strict;
 use delivery::dead_letter::DeadLetters;
+use delivery::headers::{EDITED, ORIGINAL_SHA256};
 use delivery::kafka::client::message::{Header, OwnedHeaders};
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use delivery::lapin::BasicProperties;
+use delivery::lapin::Connection;
 use delivery::lapin::options::BasicGetOptions;
 use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
@@ -29,8 +34,9 @@ use delivery::outbox::{
 };
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology};
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{Consumer, HandlerError, Headers, Source, Unit};
+use delivery::{Consumer, HandlerError, Headers, Settle, Source, Unit};
 use serde_json::Value;
+use sha2::Digest as _;
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
@@ -135,7 +141,12 @@ impl Dlq {
 
     /// Runs `command` with no terminal (stdin closed, output captured).
     fn run(&self, command: &[&str]) -> Run {
-        let output = Command::new(env!("CARGO_BIN_EXE_delivery-dlq"))
+        self.run_with(command, &[], b"")
+    }
+
+    /// Runs `command` with no terminal, `env` set (and no other editor) and `stdin` its input.
+    fn run_with(&self, command: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Run {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_delivery-dlq"))
             .args(&self.target)
             .args(command)
             .env_remove("DLQ_TRANSPORT")
@@ -145,9 +156,19 @@ impl Dlq {
             .env_remove("GROUP")
             .env_remove("DEAD_LETTER")
             .env_remove("OUTBOX_TABLE")
-            .stdin(Stdio::null())
-            .output()
+            .env_remove("VISUAL")
+            .env_remove("EDITOR")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("running delivery-dlq");
+        let mut input = child.stdin.take().unwrap();
+        // The binary may exit without reading its input: a broken pipe is no failure here.
+        let _ = input.write_all(stdin);
+        drop(input);
+        let output = child.wait_with_output().expect("running delivery-dlq");
         Run {
             code: output.status.code().expect("an exit code"),
             stdout: String::from_utf8(output.stdout).expect("UTF-8 output"),
@@ -164,6 +185,17 @@ impl Dlq {
 
     fn ok(&self, command: &[&str]) -> Run {
         self.expect(0, command)
+    }
+
+    /// Runs `command` with `EDITOR` set to `editor`, expecting exit status `code`.
+    fn edit(&self, code: i32, id: &str, editor: &str) -> Run {
+        let command = ["redrive", id, "--edit", "--yes"];
+        let run = self.run_with(&command, &[("EDITOR", editor)], b"");
+        assert_eq!(
+            run.code, code,
+            "EDITOR={editor:?} delivery-dlq {command:?}: {run:#?}"
+        );
+        run
     }
 }
 
@@ -356,12 +388,16 @@ async fn operate(dlq: &Dlq, name: &str, source: &str, source_ids: impl AsyncFn()
     dlq.expect(2, &["list"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rabbitmq_count_list_show_redrive_purge() {
-    let url = amqp_url();
-    let topology = RabbitTopology::new(format!("cli-rmq-{}", std::process::id()));
-    let connection = rabbitmq::fresh(&url, &topology).await;
-    let publisher = ConfirmedPublisher::new(url.as_str());
+/// A fresh RabbitMQ queue `<prefix>-<pid>` whose dead letter a consumer filled with [`DEAD`] (each
+/// unit with the header `tenant: acme`): its topology, a connection for the test's own use, and
+/// the publisher to close.
+async fn rabbitmq_dead(
+    url: &str,
+    prefix: &str,
+) -> (RabbitTopology, Connection, ConfirmedPublisher) {
+    let topology = RabbitTopology::new(format!("{prefix}-{}", std::process::id()));
+    let connection = rabbitmq::fresh(url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url);
     for (id, body) in UNITS {
         let mut headers = FieldTable::default();
         headers.insert(
@@ -376,12 +412,16 @@ async fn rabbitmq_count_list_show_redrive_purge() {
             .await
             .unwrap();
     }
-    let dead = RabbitDeadLetters::new(url.as_str(), &topology);
-    let source = RabbitSource::connect(url.as_str(), topology.clone())
-        .await
-        .unwrap();
+    let dead = RabbitDeadLetters::new(url, &topology);
+    let source = RabbitSource::connect(url, topology.clone()).await.unwrap();
     consume_until_dead(source, &dead, 4).await;
+    (topology, connection, publisher)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_count_list_show_redrive_purge() {
+    let url = amqp_url();
+    let (topology, connection, publisher) = rabbitmq_dead(&url, "cli-rmq").await;
     let name = topology.dead_letter_queue_name();
     let dlq = Dlq::new(&[
         "--transport",
@@ -417,21 +457,16 @@ async fn rabbitmq_count_list_show_redrive_purge() {
     publisher.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_count_list_show_redrive_purge() {
-    let url = redis_url();
-    let mut redis = delivery::redis::connect(&url)
+/// A fresh Redis stream `<prefix>-<pid>` (group `ops`) whose dead letter a consumer filled with
+/// [`DEAD`] (each unit with the header `tenant: acme`): its topology and a connection for the
+/// test's own use.
+async fn redis_dead(url: &str, prefix: &str) -> (RedisTopology, RedisConnection) {
+    let mut redis = delivery::redis::connect(url)
         .await
         .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
-    let topology = RedisTopology::new(format!("cli-redis-{}", std::process::id()), "ops");
-    let name = topology.dead_letter_stream_name();
-    let _: () = redis::cmd("DEL")
-        .arg(&topology.stream)
-        .arg(&name)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    delivery::redis::declare(&url, &topology).await.unwrap();
+    let topology = RedisTopology::new(format!("{prefix}-{}", std::process::id()), "ops");
+    delete_streams(&mut redis, &topology).await;
+    delivery::redis::declare(url, &topology).await.unwrap();
     for (id, body) in UNITS {
         let unit =
             Unit::new(id, body.to_vec()).with_headers(Headers::from_pairs([("tenant", "acme")]));
@@ -439,10 +474,29 @@ async fn redis_count_list_show_redrive_purge() {
             .await
             .unwrap();
     }
-    let dead = RedisDeadLetters::new(url.as_str(), &topology).unwrap();
-    let source = RedisSource::connect(&url, topology.clone()).await.unwrap();
+    let dead = RedisDeadLetters::new(url, &topology).unwrap();
+    let source = RedisSource::connect(url, topology.clone()).await.unwrap();
     consume_until_dead(source, &dead, 4).await;
+    (topology, redis)
+}
 
+type RedisConnection = delivery::redis::client::aio::ConnectionManager;
+
+/// Deletes the topology's stream and its dead-letter stream.
+async fn delete_streams(redis: &mut RedisConnection, topology: &RedisTopology) {
+    let _: () = redis::cmd("DEL")
+        .arg(&topology.stream)
+        .arg(topology.dead_letter_stream_name())
+        .query_async(redis)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_count_list_show_redrive_purge() {
+    let url = redis_url();
+    let (topology, mut redis) = redis_dead(&url, "cli-redis").await;
+    let name = topology.dead_letter_stream_name();
     let dlq = Dlq::new(&[
         "--transport",
         "redis",
@@ -470,12 +524,7 @@ async fn redis_count_list_show_redrive_purge() {
             .collect()
     };
     operate(&dlq, &name, &topology.stream, source_ids).await;
-    let _: () = redis::cmd("DEL")
-        .arg(&topology.stream)
-        .arg(&name)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    delete_streams(&mut redis, &topology).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -564,6 +613,165 @@ async fn kafka_count_list_show_and_redrive_one() {
     read_then_redrive_one(&dlq, &topology.dead_letter_topic_name(), &topic);
 }
 
+/// The payload `id` was published with.
+fn original(id: &str) -> &'static [u8] {
+    UNITS.iter().find(|(u, _)| *u == id).unwrap().1
+}
+
+fn sha256(payload: &[u8]) -> String {
+    hex::encode(sha2::Sha256::digest(payload))
+}
+
+/// What an edited redrive of `id` prints.
+fn redriven_edited(id: &str, name: &str) -> String {
+    format!(
+        "redriven {id} edited from {name}; original payload sha256 {}\n",
+        sha256(original(id))
+    )
+}
+
+/// The next unit `source` delivers, acknowledged.
+async fn next_unit(source: &mut impl Source) -> Unit {
+    let received = tokio::time::timeout(Duration::from_secs(30), source.receive())
+        .await
+        .expect("a unit within 30 s");
+    let (unit, handle) = received.unwrap().expect("the source has not ended");
+    handle.ack(&unit).await.unwrap();
+    unit
+}
+
+/// `unit` is `id` sent back edited: under its own id, with `payload`, its own header, the edit's
+/// two, and its deliveries counted afresh.
+fn assert_edited(unit: &Unit, id: &str, payload: &[u8]) {
+    let header = |name| unit.headers().get_str(name);
+    assert_eq!(unit.id().as_str(), id, "{unit:?}");
+    assert_eq!(&unit.payload()[..], payload, "{unit:?}");
+    assert_eq!(header(EDITED), Some("true"), "{unit:?}");
+    let digest = sha256(original(id));
+    assert_eq!(header(ORIGINAL_SHA256), Some(digest.as_str()), "{unit:?}");
+    assert_eq!(header("tenant"), Some("acme"), "{unit:?}");
+    assert_eq!(unit.delivery_count().get(), 1, "counted afresh: {unit:?}");
+}
+
+/// `redrive --edit` on a dead letter holding [`DEAD`] but `neg-1`, `source` reading its source:
+/// a JSON payload edited pretty and sent compact, a text one edited by a shell command (`EDITOR`
+/// with arguments), then an unchanged, an emptied and a failed edit refused (1) with `bin` left
+/// in the dead letter, and an unknown id (2).
+async fn edits(dlq: &Dlq, name: &str, source: &mut impl Source) {
+    let neg = dlq.edit(0, "neg-2", "sed -i s/-7/7/");
+    assert_eq!(neg.stdout, redriven_edited("neg-2", name));
+    assert_edited(&next_unit(source).await, "neg-2", br#"{"amount_cents":7}"#);
+
+    // The final newline `echo` adds is dropped: `{oops` had none.
+    let text = dlq.edit(0, "bad-json", r#"sh -c 'echo fixed > "$1"' --"#);
+    assert_eq!(text.stdout, redriven_edited("bad-json", name));
+    assert_edited(&next_unit(source).await, "bad-json", b"fixed");
+
+    let unchanged = dlq.edit(1, "bin", "true");
+    assert!(unchanged.stderr.contains("unchanged"), "{unchanged:?}");
+    let emptied = dlq.edit(1, "bin", r#"sh -c ': > "$1"' --"#);
+    assert!(emptied.stderr.contains("empty"), "{emptied:?}");
+    let failed = dlq.edit(1, "bin", "false");
+    assert!(failed.stderr.contains("failed"), "{failed:?}");
+    assert_eq!(dlq.ok(&["show", "bin"]).field("deliveries:"), "1");
+    assert_eq!(dlq.ok(&["count"]).field("total"), "1");
+
+    let missing = dlq.edit(2, "no-such-id", "true");
+    assert!(missing.stderr.contains("not in"), "{missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_redrive_edited() {
+    let url = amqp_url();
+    let (topology, connection, publisher) = rabbitmq_dead(&url, "cli-rmq-edit").await;
+    let name = topology.dead_letter_queue_name();
+    let dlq = Dlq::new(&[
+        "--transport",
+        "rabbitmq",
+        "--amqp-url",
+        &url,
+        "--queue",
+        &topology.queue,
+    ]);
+    let mut source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fixed.json");
+    std::fs::write(&file, br#"{"amount_cents":5}"#).unwrap();
+    let file = file.to_str().unwrap();
+
+    // Confirmed as a bulk action is: refused without a terminal, the two payloads shown.
+    let refused = dlq.expect(1, &["redrive", "neg-1", "--payload", file]);
+    assert!(refused.stderr.contains("--yes"), "{refused:?}");
+    assert!(
+        refused.stderr.contains(&sha256(original("neg-1")))
+            && refused.stderr.contains(&sha256(br#"{"amount_cents":5}"#)),
+        "{refused:?}"
+    );
+    let edited = dlq.ok(&["redrive", "neg-1", "--payload", file, "--yes"]);
+    assert_eq!(edited.stdout, redriven_edited("neg-1", &name));
+    assert_edited(
+        &next_unit(&mut source).await,
+        "neg-1",
+        br#"{"amount_cents":5}"#,
+    );
+    dlq.expect(2, &["show", "neg-1"]);
+    let missing = dlq.expect(2, &["redrive", "neg-1", "--payload", file, "--yes"]);
+    assert!(missing.stderr.contains("not in"), "{missing:?}");
+
+    edits(&dlq, &name, &mut source).await;
+
+    // One id, and never with --reason, --all or each other: a wrong command line (1).
+    for wrong in [
+        &["redrive", "bin", "neg-2", "--payload", file, "--yes"][..],
+        &["redrive", "--all", "--payload", file, "--yes"],
+        &["redrive", "--reason", "malformed", "--edit", "--yes"],
+        &["redrive", "bin", "--edit", "--payload", file, "--yes"],
+        &["redrive", "--payload", file, "--yes"],
+    ] {
+        dlq.expect(1, wrong);
+    }
+    assert_eq!(dlq.ok(&["count"]).field("total"), "1");
+    drop(source);
+    rabbitmq::delete_queues(&connection, [topology.queue.as_str(), name.as_str()]).await;
+    publisher.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_redrive_edited() {
+    let url = redis_url();
+    let (topology, mut redis) = redis_dead(&url, "cli-redis-edit").await;
+    let name = topology.dead_letter_stream_name();
+    let dlq = Dlq::new(&[
+        "--transport",
+        "redis",
+        "--redis-url",
+        &url,
+        "--stream",
+        &topology.stream,
+    ]);
+    let mut source = RedisSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+
+    // `--payload -`: the payload from stdin.
+    let command = ["redrive", "neg-1", "--payload", "-", "--yes"];
+    let edited = dlq.run_with(&command, &[], br#"{"amount_cents":5}"#);
+    assert_eq!(edited.code, 0, "{edited:#?}");
+    assert_eq!(edited.stdout, redriven_edited("neg-1", &name));
+    assert_edited(
+        &next_unit(&mut source).await,
+        "neg-1",
+        br#"{"amount_cents":5}"#,
+    );
+    dlq.expect(2, &["show", "neg-1"]);
+
+    edits(&dlq, &name, &mut source).await;
+    drop(source);
+    delete_streams(&mut redis, &topology).await;
+}
+
 /// Refuses every record: each is dead on its first attempt.
 struct Refuse;
 impl Relay<()> for Refuse {
@@ -588,8 +796,7 @@ async fn fill_dead<DB: OutboxDatabase, St: Store + Clone>(
 ) {
     let mut tx = pool.begin().await.unwrap();
     for id in DEAD {
-        let body = UNITS.iter().find(|(u, _)| *u == id).unwrap().1;
-        let record = NewRecord::new("orders.events", body.to_vec()).id(id);
+        let record = NewRecord::new("orders.events", original(id).to_vec()).id(id);
         outbox.write(&mut tx, record).await.unwrap();
     }
     tx.commit().await.unwrap();
@@ -659,6 +866,35 @@ async fn postgres_outbox_count_list_and_redrive() {
     assert_eq!(redriven.stdout, format!("redriven 1 unit from {table}\n"));
     let record = store.get(&"neg-1".into()).await.unwrap().unwrap();
     assert_eq!((record.status, record.attempts), (Status::Pending, 0));
+
+    // An edited redrive: pending again under its own id, with the new payload and the edit's
+    // headers; an unknown id changes nothing (2).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fixed.json");
+    std::fs::write(&file, br#"{"amount_cents":7}"#).unwrap();
+    let file = file.to_str().unwrap();
+    dlq.expect(2, &["redrive", "no-such-id", "--payload", file, "--yes"]);
+    let edited = dlq.ok(&["redrive", "neg-2", "--payload", file, "--yes"]);
+    assert_eq!(edited.stdout, redriven_edited("neg-2", &table));
+    let record = store.get(&"neg-2".into()).await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.attempts, &record.payload[..]),
+        (Status::Pending, 0, &br#"{"amount_cents":7}"#[..])
+    );
+    let headers: String = delivery::sqlx::query_scalar(delivery::sqlx::AssertSqlSafe(format!(
+        "SELECT headers::text FROM {table} WHERE id = 'neg-2'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let headers: Value = serde_json::from_str(&headers).unwrap();
+    assert_eq!(headers[EDITED], "true", "{headers}");
+    assert_eq!(
+        headers[ORIGINAL_SHA256],
+        sha256(original("neg-2")),
+        "{headers}"
+    );
+    assert_eq!(dlq.ok(&["count"]).field("total"), "2");
     delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
         .execute(&pool)
         .await

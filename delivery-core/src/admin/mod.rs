@@ -18,8 +18,9 @@
 //!   that text.
 //! - The console reads and changes only the dead letters it was given.
 //!
-//! A service that signs its operators in some other way (an SSO proxy, a tower auth layer) puts
-//! its layer on the router as well: `console.router().layer(your_auth)`; both then apply.
+//! A service that signs its operators in some other way (basic auth, an SSO proxy, a session of
+//! its own) gives the console its tower layer instead, [`Console::auth_layer`]; a layer put on
+//! the router (`console.router().layer(..)`) applies on top of the token's check.
 //!
 //! ```
 //! use delivery::admin::Console;
@@ -45,16 +46,19 @@ mod auth;
 mod pages;
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 
-use ::axum::extract::{Form, FromRequest, OriginalUri, Path, Query, Request, State};
+use ::axum::extract::{Form, FromRequest, NestedPath, Path, Query, Request, State};
 use ::axum::http::{HeaderValue, Method, StatusCode, header};
 use ::axum::middleware::{self, Next};
 use ::axum::response::{IntoResponse, Redirect, Response};
-use ::axum::routing::{get, post};
+use ::axum::routing::{Route, get, post};
 use ::axum::{Extension, Router};
 use bytes::Bytes;
 use serde::Deserialize;
+use tower_layer::Layer;
+use tower_service::Service;
 
 use self::auth::Credential;
 use crate::dead_letter::{AnyDeadLetters, DeadLetter, DeadLetters, Selection};
@@ -74,6 +78,8 @@ pub struct Console {
     token: String,
     dead_letters: Vec<AnyDeadLetters>,
     scan_limit: usize,
+    /// The service's own authentication, in place of the token's ([`Console::auth_layer`]).
+    auth_layer: Option<Arc<dyn Fn(Router) -> Router + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Console {
@@ -82,6 +88,7 @@ impl std::fmt::Debug for Console {
             .field("token", &"<redacted>")
             .field("dead_letters", &self.dead_letters)
             .field("scan_limit", &self.scan_limit)
+            .field("auth_layer", &self.auth_layer.is_some())
             .finish()
     }
 }
@@ -94,7 +101,50 @@ impl Console {
             token: token.into(),
             dead_letters: Vec::new(),
             scan_limit: 10_000,
+            auth_layer: None,
         }
+    }
+
+    /// Admits the requests the service's own tower `layer` lets through, instead of checking the
+    /// bearer token and the session cookie: for a service that already signs its operators in
+    /// (basic auth, an SSO proxy's header, a session of its own). The layer must refuse what it
+    /// does not admit; the console then keeps no sign-in page of its own, and the token only keys
+    /// the CSRF token of its forms, which every `POST` still needs.
+    ///
+    /// ```
+    /// use axum::extract::Request;
+    /// use axum::http::StatusCode;
+    /// use axum::middleware::{self, Next};
+    /// use axum::response::{IntoResponse, Response};
+    /// use delivery::admin::Console;
+    ///
+    /// /// The service's own check: here, a header its SSO proxy sets.
+    /// async fn operators_only(request: Request, next: Next) -> Response {
+    ///     match request.headers().get("x-forwarded-groups") {
+    ///         Some(groups) if groups.as_bytes().split(|b| *b == b',').any(|g| g == b"ops") => {
+    ///             next.run(request).await
+    ///         }
+    ///         _ => StatusCode::UNAUTHORIZED.into_response(),
+    ///     }
+    /// }
+    ///
+    /// let broker = delivery::memory::MemoryBroker::new();
+    /// let console = Console::new("csrf-key-of-sixteen-characters-or-more")
+    ///     .dead_letters(broker.dead_letters("orders"))
+    ///     .auth_layer(middleware::from_fn(operators_only));
+    /// let app = axum::Router::new().nest("/admin", console.router());
+    /// # let _ = app;
+    /// ```
+    pub fn auth_layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<Route> + Clone + Send + Sync + 'static,
+        L::Service: Service<Request> + Clone + Send + Sync + 'static,
+        <L::Service as Service<Request>>::Response: IntoResponse + 'static,
+        <L::Service as Service<Request>>::Error: Into<Infallible> + 'static,
+        <L::Service as Service<Request>>::Future: Send + 'static,
+    {
+        self.auth_layer = Some(Arc::new(move |router: Router| router.layer(layer.clone())));
+        self
     }
 
     /// Adds a dead letter the console shows and acts on, under its
@@ -132,11 +182,12 @@ impl Console {
         }
         let state = Arc::new(Shared {
             credential: Credential::new(&self.token),
+            token_admits: self.auth_layer.is_none(),
             order: self.dead_letters,
             by_name,
             scan_limit: self.scan_limit,
         });
-        Router::new()
+        let router = Router::new()
             .route("/", get(overview))
             .route("/sign-in", post(sign_in))
             .route("/sign-out", post(sign_out))
@@ -149,13 +200,20 @@ impl Console {
             .route("/d/{dead}/u/{id}/edit", post(edit_unit))
             .fallback(not_found)
             .layer(middleware::from_fn_with_state(state.clone(), guard))
-            .with_state(state)
+            .with_state(state);
+        match &self.auth_layer {
+            Some(layer) => layer(router),
+            None => router,
+        }
     }
 }
 
 /// What every handler shares.
 struct Shared {
     credential: Credential,
+    /// Whether the token (bearer or session cookie) admits requests; `false` behind the service's
+    /// own [`Console::auth_layer`].
+    token_admits: bool,
     /// The dead letters in the order they were given (the overview's order).
     order: Vec<AnyDeadLetters>,
     by_name: BTreeMap<String, AnyDeadLetters>,
@@ -172,6 +230,18 @@ pub(crate) struct Ctx {
     csrf: String,
 }
 
+impl Ctx {
+    /// The overview's path: where the console is mounted (`/admin`: axum's `nest` serves a nested
+    /// `/` there, and not at `/admin/`), or `/`.
+    fn home(&self) -> &str {
+        if self.base.is_empty() {
+            "/"
+        } else {
+            &self.base
+        }
+    }
+}
+
 /// The largest form the console reads (an edited payload is the largest).
 const FORM_LIMIT: usize = 16 << 20;
 
@@ -179,16 +249,12 @@ const FORM_LIMIT: usize = 16 << 20;
 /// `401` sign-in page (except the sign-in itself), a `POST` without the CSRF token gets `403`,
 /// before any handler runs. Every response is kept out of caches and frames, and its page may run
 /// no script.
-async fn guard(
-    State(shared): Env,
-    OriginalUri(original): OriginalUri,
-    mut req: Request,
-    next: Next,
-) -> Response {
-    let base = original
-        .path()
-        .strip_suffix(req.uri().path())
-        .unwrap_or("")
+async fn guard(State(shared): Env, mut req: Request, next: Next) -> Response {
+    // Where the service nested the console (axum records it); nowhere: at the root.
+    let base = req
+        .extensions()
+        .get::<NestedPath>()
+        .map_or("", |nested| nested.as_str())
         .trim_end_matches('/')
         .to_owned();
     let ctx = Ctx {
@@ -196,7 +262,8 @@ async fn guard(
         csrf: shared.credential.csrf().to_owned(),
     };
     let signing_in = req.method() == Method::POST && req.uri().path() == "/sign-in";
-    let mut response = if !signing_in && !shared.credential.admits(req.headers()) {
+    let admitted = !shared.token_admits || shared.credential.admits(req.headers());
+    let mut response = if !signing_in && !admitted {
         (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response()
     } else if req.method() == Method::POST && !signing_in {
         match with_csrf(&shared, req).await {
@@ -271,7 +338,7 @@ async fn sign_in(
         auth::COOKIE,
         shared.credential.session()
     );
-    let mut response = Redirect::to(&format!("{}/", ctx.base)).into_response();
+    let mut response = Redirect::to(ctx.home()).into_response();
     if let Ok(cookie) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);
     }
@@ -320,7 +387,7 @@ impl Done {
     }
 
     fn to(ctx: &Ctx, done: &str, n: u64) -> Response {
-        Redirect::to(&format!("{}/?done={done}&n={n}", ctx.base)).into_response()
+        Redirect::to(&format!("{}?done={done}&n={n}", ctx.home())).into_response()
     }
 }
 

@@ -74,7 +74,7 @@ fn page(ctx: &Ctx, title: &str, signed_in: bool, body: Markup) -> Markup {
             }
             body {
                 header {
-                    a href={ (ctx.base) "/" } { "Dead letters" }
+                    a href=(ctx.home()) { "Dead letters" }
                     @if signed_in {
                         form.inline method="post" action={ (ctx.base) "/sign-out" } {
                             input type="hidden" name="csrf" value=(ctx.csrf);
@@ -115,7 +115,7 @@ pub(super) fn failure(ctx: &Ctx, message: &str) -> Markup {
         true,
         html! {
             p.error { (message) }
-            p { a href={ (ctx.base) "/" } { "Back to the dead letters" } }
+            p { a href=(ctx.home()) { "Back to the dead letters" } }
         },
     )
 }
@@ -124,7 +124,7 @@ pub(super) fn failure(ctx: &Ctx, message: &str) -> Markup {
 fn group_form(ctx: &Ctx, dead: &str, group: &Group, action: &str, label: &str) -> Markup {
     let danger = action == "purge";
     html! {
-        form.inline class={ (action) "-group" } method="post" action={ (ctx.base) "/d/" (enc(dead)) "/group/" (action) } {
+        form class={ "inline " (action) "-group" } method="post" action={ (ctx.base) "/d/" (enc(dead)) "/group/" (action) } {
             input type="hidden" name="csrf" value=(ctx.csrf);
             input type="hidden" name="source" value=(group.source);
             input type="hidden" name="reason" value=(group.reason);

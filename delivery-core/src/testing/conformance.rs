@@ -13,6 +13,7 @@
 //! | [`dead_letters_poison_directly_and_intact`] | 2 |
 //! | [`operates_the_dead_letter`] | 2 |
 //! | [`redrives_an_edited_unit`] | 2, 3 |
+//! | `operates_the_dead_letter_in_the_console` (feature `admin`) | 2, 3 |
 //! | [`a_second_delivery_changes_nothing`] | 3 |
 //! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
 //! | [`a_slow_handler_runs_once`] | 1, 3 |
@@ -117,6 +118,8 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     dead_letters_poison_directly_and_intact(fixture).await;
     operates_the_dead_letter(fixture).await;
     redrives_an_edited_unit(fixture).await;
+    #[cfg(feature = "admin")]
+    operates_the_dead_letter_in_the_console(fixture).await;
     a_second_delivery_changes_nothing(fixture).await;
     a_crash_between_effect_and_ack_loses_nothing(fixture).await;
     a_slow_handler_runs_once(fixture).await;
@@ -1207,4 +1210,176 @@ pub async fn an_older_unit_changes_nothing<F: Fixture>(fixture: &F) {
         "conformance `an_older_unit_changes_nothing`: a redriven unit keeps its first stamp \
          (a redrive is not a newer unit): {all:?}"
     );
+}
+
+/// Rule 2, through the web console ([`crate::admin::Console`]) over the transport's dead letter:
+/// without its token the console answers 401; with it, the overview groups the dead letter by
+/// reason with counts, a unit's page shows its payload escaped, an edited redrive sends the unit
+/// back under its own id (rule 3) and it is applied, and a group's purge empties the dead letter.
+#[cfg(feature = "admin")]
+pub async fn operates_the_dead_letter_in_the_console<F: Fixture>(fixture: &F) {
+    use ::axum::body::Body;
+    use ::axum::http::{Request, StatusCode, header};
+
+    const TOKEN: &str = "conformance-console-token";
+    let name = queue("console");
+    fixture.declare(&name, 5).await;
+    let poison = "not json <b>bold</b>";
+    fixture.publish(&name, Unit::new("cn-1", poison)).await;
+    fixture
+        .publish(
+            &name,
+            Unit::new("cn-2", r#"{"key":"cn-2","value":5,"reject":true}"#),
+        )
+        .await;
+    let store = Store::default();
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "operates_the_dead_letter_in_the_console",
+        |s| s.runs_of("cn-2").len() == 1,
+    )
+    .await;
+    wait_dead_letters(fixture, &name, 2).await;
+    let dead = fixture.dead_letter(&name).await;
+    let dead_name = dead.name().to_owned();
+    let console = crate::admin::Console::new(TOKEN)
+        .dead_letters(AnyDeadLetters::new(dead))
+        .router();
+    let app = ::axum::Router::new().nest("/ops", console);
+    let check = "conformance `operates_the_dead_letter_in_the_console`";
+    let send = |request: Request<Body>| {
+        let app = app.clone();
+        async move {
+            let response = tower_service::Service::call(&mut app.clone(), request)
+                .await
+                .unwrap_or_else(|never| match never {});
+            let status = response.status();
+            let location = response
+                .headers()
+                .get(header::LOCATION)
+                .map(|l| l.to_str().unwrap_or_default().to_owned());
+            let body = ::axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap_or_default();
+            (
+                status,
+                location,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        }
+    };
+    let get = |uri: String, bearer: bool| {
+        let request = Request::get(uri);
+        let request = if bearer {
+            request.header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        } else {
+            request
+        };
+        request.body(Body::empty()).expect("a request")
+    };
+    let post = |uri: String, form: String| {
+        Request::post(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(form))
+            .expect("a request")
+    };
+    let segment = |s: &str| {
+        percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+    };
+    let unit_path = |id: &str| format!("/ops/d/{}/u/{}", segment(&dead_name), segment(id));
+
+    let (status, _, _) = send(get("/ops".into(), false)).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "{check}: no token, no console"
+    );
+
+    let (status, _, overview) = send(get("/ops".into(), true)).await;
+    assert_eq!(status, StatusCode::OK, "{check}: the overview");
+    let group_of = |reason: &str| {
+        overview
+            .split("<tr class=\"group\"")
+            .find(|row| row.contains(&format!("data-reason=\"{reason}\"")))
+            .map(|row| row.split("</tr>").next().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("{check}: no {reason} group in {overview}"))
+    };
+    for reason in ["malformed", "rejected"] {
+        assert!(
+            group_of(reason).contains("<td class=\"count\">1</td>"),
+            "{check}: one {reason} unit: {}",
+            group_of(reason)
+        );
+    }
+    let csrf = overview
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .unwrap_or_else(|| panic!("{check}: no CSRF token in the overview"))
+        .to_owned();
+
+    let (status, _, page) = send(get(unit_path("cn-1"), true)).await;
+    assert_eq!(status, StatusCode::OK, "{check}: cn-1's page");
+    assert!(
+        page.contains("<pre id=\"payload\">not json &lt;b&gt;bold&lt;/b&gt;</pre>"),
+        "{check}: the payload, escaped: {page}"
+    );
+
+    let fixed = r#"{"key":"cn-2","value":9}"#;
+    let form = format!("csrf={csrf}&payload={}", segment(fixed));
+    let (status, location, _) = send(post(format!("{}/edit", unit_path("cn-2")), form)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{check}: the edit");
+    assert_eq!(location.as_deref(), Some("/ops?done=edited&n=1"), "{check}");
+    consume_until(
+        fixture,
+        &name,
+        &store,
+        5,
+        "operates_the_dead_letter_in_the_console (applied)",
+        |s| s.rows().get("cn-2") == Some(&9),
+    )
+    .await;
+    let delivered = store
+        .unit_of("cn-2")
+        .expect("cn-2 was handed to the handler");
+    assert_eq!(delivered.id().as_str(), "cn-2", "{check}: under its own id");
+    assert_eq!(
+        delivered.headers().get_str(crate::headers::EDITED),
+        Some("true"),
+        "{check}: the edit is recorded"
+    );
+
+    let group = format!(
+        "csrf={csrf}&source={}&reason=malformed",
+        segment(&dead_source(fixture, &name).await)
+    );
+    let (status, location, _) = send(post(
+        format!("/ops/d/{}/group/purge", segment(&dead_name)),
+        group,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{check}: the group's purge");
+    assert_eq!(location.as_deref(), Some("/ops?done=purged&n=1"), "{check}");
+    assert!(
+        dead_letters(fixture, &name).await.is_empty(),
+        "{check}: nothing left"
+    );
+}
+
+/// The source the records of `name`'s dead letter name (what the console groups by).
+#[cfg(feature = "admin")]
+async fn dead_source<F: Fixture>(fixture: &F, name: &str) -> String {
+    let view = fixture.dead_letter(name).await;
+    let page = view
+        .list(1, None)
+        .await
+        .unwrap_or_else(|e| panic!("conformance: listing {}: {e}", view.name()));
+    page.records
+        .first()
+        .map(|record| record.source.clone())
+        .unwrap_or_default()
 }
