@@ -473,6 +473,9 @@ struct Which {
 }
 
 /// The dead letter named in the path, or the `404` page.
+// The error is the page the handler answers at once, built at most once per request: boxing it
+// would buy nothing.
+#[allow(clippy::result_large_err)]
 fn named<'a>(shared: &'a Shared, ctx: &Ctx, name: &str) -> Result<&'a AnyDeadLetters, Response> {
     shared.by_name.get(name).ok_or_else(|| {
         failure(
