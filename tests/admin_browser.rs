@@ -467,7 +467,16 @@ async fn in_a_real_browser() {
     let redrive_hostile = form(&client, "form#redrive").await;
     let purge_hostile = form(&client, "form#purge").await;
     let edit_hostile = form(&client, "form#edit").await;
-    element(&client, r#"form#edit textarea[name="payload"]"#).await;
+    assert_eq!(
+        element(&client, r#"form#edit textarea[name="payload"]"#)
+            .await
+            .prop("value")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(HOSTILE),
+        "the editor holds the payload as text"
+    );
 
     // 1 (continued). Every route, with the browser's own form tokens but without the credential
     // (or with a wrong one), answers 401 with the sign-in form, and changes nothing.
