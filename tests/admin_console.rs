@@ -327,9 +327,9 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     )
     .await;
     assert!(
-        after
-            .body
-            .contains(r#"<p id="flash">Redrove 1 unit to their source.</p>"#),
+        after.body.contains(
+            r#"<p id="flash">Redrove 1 unit to where it came from, under its own id.</p>"#
+        ),
         "{}",
         after.body
     );

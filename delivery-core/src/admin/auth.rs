@@ -119,7 +119,7 @@ mod tests {
         let credential = Credential::new("s3cret-token-of-some-length");
         assert_ne!(credential.session(), credential.csrf());
         assert!(!credential.session().contains("s3cret"));
-        assert!(credential.is_csrf(&credential.csrf().to_owned()));
+        assert!(credential.is_csrf(credential.csrf()));
         assert!(!credential.is_csrf(""));
         assert_ne!(
             Credential::new("another-token-of-some-length").csrf(),

@@ -375,7 +375,12 @@ impl Done {
         let n = self.n.unwrap_or(0);
         let units = if n == 1 { "unit" } else { "units" };
         Some(match self.done.as_deref()? {
-            "redriven" => format!("Redrove {n} {units} to their source."),
+            "redriven" if n == 1 => {
+                "Redrove 1 unit to where it came from, under its own id.".to_owned()
+            }
+            "redriven" => {
+                format!("Redrove {n} units to where they came from, under their own ids.")
+            }
             "purged" => format!("Purged {n} {units} for good."),
             "edited" => {
                 "Redrove 1 unit with the edited payload (the edit is recorded in its headers)."

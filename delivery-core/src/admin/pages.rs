@@ -46,6 +46,7 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid #eceff2; vertical-align: top; }
 th { font-weight: 600; color: #56606b; }
 td.count { font-variant-numeric: tabular-nums; font-weight: 600; }
+td.id { white-space: nowrap; }
 form.inline { display: inline; }
 button { font: inherit; padding: .2rem .7rem; border: 1px solid #8a96a3; border-radius: 4px; background: #fff; cursor: pointer; }
 button.danger { border-color: #b42318; color: #b42318; }
@@ -208,7 +209,7 @@ pub(super) fn group(ctx: &Ctx, group: &Group, dead: &str) -> Markup {
                     tbody {
                         @for record in &group.records {
                             tr.unit data-id=(record.id().as_str()) {
-                                td { a.open-unit href=(unit_href(ctx, dead, record.id().as_str())) { (record.id().as_str()) } }
+                                td.id { a.open-unit href=(unit_href(ctx, dead, record.id().as_str())) { (record.id().as_str()) } }
                                 td { (record.delivery_count()) }
                                 td { (record.detail) }
                                 td { code { (preview(record)) } }
@@ -266,6 +267,7 @@ pub(super) fn unit(ctx: &Ctx, dead: &str, record: &DeadLetter) -> Markup {
             h2 { "Payload " span.muted { "(" (record.unit.payload().len()) " bytes" @if let Some(note) = note { "; " (note) } ")" } }
             pre #payload { (payload) }
             h2 { "Headers" }
+            @if record.unit.headers().is_empty() { p.muted { "None." } }
             table #headers {
                 @for (name, value) in record.unit.headers().iter() {
                     tr { th { code { (name) } } td { code { (String::from_utf8_lossy(value)) } } }
