@@ -91,9 +91,17 @@ pub fn is_dead_letter(name: &str) -> bool {
     name.starts_with("x-dead-letter-")
 }
 
+/// The unit's ordering key: units with the same key run one at a time, in arrival order, under
+/// [`Consumer::order_by_key`](crate::Consumer::order_by_key). Set by the producer on RabbitMQ,
+/// Redis and NATS; on Kafka, a record's key is its unit's `x-delivery-key` (unless the record
+/// carries the header itself). One of the unit's own headers, carried through dead letters and
+/// redrives.
+pub const KEY: &str = "x-delivery-key";
+
 /// Whether `name` is bookkeeping a transport writes for itself, not one of the unit's headers.
 ///
-/// The headers recording an edit ([`is_edit`]) are the unit's own, not bookkeeping.
+/// The headers recording an edit ([`is_edit`]) and the ordering [`KEY`] are the unit's own, not
+/// bookkeeping.
 pub fn is_bookkeeping(name: &str) -> bool {
-    name == MESSAGE_ID || (name.starts_with("x-delivery-") && !is_edit(name))
+    name == MESSAGE_ID || (name.starts_with("x-delivery-") && !is_edit(name) && name != KEY)
 }

@@ -33,11 +33,13 @@
 //! # }
 //! ```
 
+mod order;
 mod run;
 pub(crate) mod settle;
 
 use std::future::Future;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::disposition::{Backoff, RedeliveryPolicy};
@@ -45,6 +47,8 @@ use crate::handler::Handler;
 use crate::health::{Component, Health};
 use crate::runtime::Stop;
 use crate::transport::Source;
+use crate::unit::Unit;
+use bytes::Bytes;
 
 /// Runs a handler over a [`Source`]. Settings have defaults; see each method.
 #[must_use = "a consumer does nothing until `.run(handler)` is awaited"]
@@ -56,6 +60,7 @@ pub struct Consumer<Src, S = ()> {
     backoff: Backoff,
     stop: Stop,
     health: Health,
+    order: Option<order::KeyOf>,
 }
 
 /// What a run of a consumer did, counted when it stops.
@@ -83,6 +88,7 @@ impl<Src: Source> Consumer<Src, ()> {
             max_deliveries: None,
             backoff: Backoff::default(),
             stop: Stop::new(Duration::from_secs(30)),
+            order: None,
         }
     }
 }
@@ -98,12 +104,71 @@ impl<Src: Source, S> Consumer<Src, S> {
             backoff: self.backoff,
             stop: self.stop,
             health: self.health,
+            order: self.order,
         }
     }
 
     /// How many units are handled at once (default 16; at least 1).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// Units with the same key run one at a time, in the order they arrived, while units of
+    /// other keys run concurrently (up to [`concurrency`](Self::concurrency)). The key is the
+    /// unit's [`KEY`](crate::headers::KEY) header (`x-delivery-key`: on Kafka, the record's key);
+    /// a unit without one runs unordered. See [`order_by`](Self::order_by) for a key of your own.
+    ///
+    /// A unit waiting behind its key's running unit holds its delivery, unsettled, and counts
+    /// against the concurrency (memory stays bounded; on Kafka the commit never passes it). A
+    /// unit that fails and is returned lets its key's later units pass: it comes back after its
+    /// backoff, behind them — where that matters, guard the effect with the unit's stamp (rule 4,
+    /// [`store`](crate::store)). At shutdown, waiting units are released unstarted.
+    ///
+    /// ```
+    /// use delivery::{consumer, Consumer, HandlerError, Headers, Json, Unit};
+    /// use delivery::memory::MemoryBroker;
+    ///
+    /// #[consumer]
+    /// async fn apply(Json(step): Json<u32>) -> Result<(), HandlerError> { let _ = step; Ok(()) }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let broker = MemoryBroker::new();
+    /// for (id, account, step) in [("u-1", "acct-7", 1), ("u-2", "acct-9", 1), ("u-3", "acct-7", 2)] {
+    ///     let key = Headers::from_pairs([(delivery::headers::KEY, account)]);
+    ///     broker.publish("ledger", Unit::new(id, step.to_string()).with_headers(key));
+    /// }
+    /// // u-3 runs only once u-1 settled; u-2 runs beside u-1.
+    /// let report = Consumer::new(broker.consume("ledger"))
+    ///     .concurrency(32)
+    ///     .order_by_key()
+    ///     .shutdown_on(broker.idle("ledger"))
+    ///     .run(apply)
+    ///     .await;
+    /// assert_eq!(report.acked, 3);
+    /// # }
+    /// ```
+    pub fn order_by_key(self) -> Self {
+        self.order_by(|unit: &Unit| unit.headers().get(crate::headers::KEY).cloned())
+    }
+
+    /// As [`order_by_key`](Self::order_by_key), with the key `key_of` finds in a unit (`None`:
+    /// the unit runs unordered). It must be cheap and decide from the unit alone.
+    ///
+    /// ```
+    /// # use delivery::{Consumer, Unit};
+    /// # let broker = delivery::memory::MemoryBroker::new();
+    /// // The account a unit is about, from its id `account/sequence`.
+    /// let consumer = Consumer::new(broker.consume("ledger")).order_by(|unit: &Unit| {
+    ///     unit.id().as_str().split_once('/').map(|(account, _)| account.to_owned())
+    /// });
+    /// # let _ = consumer;
+    /// ```
+    pub fn order_by<K: Into<Bytes>>(
+        mut self,
+        key_of: impl Fn(&Unit) -> Option<K> + Send + Sync + 'static,
+    ) -> Self {
+        self.order = Some(Arc::new(move |unit: &Unit| key_of(unit).map(Into::into)));
         self
     }
 

@@ -11,11 +11,13 @@ use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::order::{self, Lanes};
 use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
@@ -60,6 +62,7 @@ where
         state,
         concurrency,
         stop,
+        order,
         ..
     } = consumer;
     let (signal, drain_deadline) = stop.into_parts();
@@ -97,7 +100,16 @@ where
         if concurrency == 1 {
             one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
         } else {
-            several_at_once(&mut source, &env, concurrency, &mut shutdown, &mut report).await;
+            let lanes = order::lanes(order.as_ref());
+            several_at_once(
+                &mut source,
+                &env,
+                concurrency,
+                lanes,
+                &mut shutdown,
+                &mut report,
+            )
+            .await;
         }
         holds.release(&mut report).await;
     };
@@ -234,10 +246,14 @@ async fn one_at_a_time<Src, S, H>(
 /// next: one that completes on that poll (every malformed one, many fast ones) costs no allocation
 /// and never joins the set in flight. One that has to wait moves, in its box, to the set, which
 /// polls it with a real waker, and the next unit gets a new box.
+///
+/// Ordered by key (`lanes`), a unit whose key has one running waits in its lane instead
+/// (`order.rs`), counted against the concurrency, and runs as soon as that one settled.
 async fn several_at_once<Src, S, H>(
     source: &mut Src,
     env: &Env<'_, S, H>,
     concurrency: usize,
+    mut lanes: Option<Lanes<Src::Handle>>,
     shutdown: &mut Shutdown,
     report: &mut Report,
 ) where
@@ -249,54 +265,69 @@ async fn several_at_once<Src, S, H>(
     let mut inflight = FuturesUnordered::new();
     let mut slot = Box::pin(None);
     let mut pace = Pace::new();
+    // A unit its key's lane handed over when the unit before it settled: run before receiving.
+    let mut next: Option<(Unit, Src::Handle, Option<Bytes>)> = None;
     loop {
-        if let Some(wait) = pace.retry_in.take()
-            && !sleep_unless_shutdown(wait, shutdown).await
-        {
-            break;
-        }
-        if pace.signalled(shutdown) {
-            break;
-        }
-        // With nothing in flight, the receive is polled first, directly, as one at a time does;
-        // otherwise units in flight finishing come first.
-        let (unit, handle) = {
-            let received = if inflight.is_empty() {
-                let receive = pin!(source.receive());
-                match UnlessShutdown(receive, shutdown).await {
-                    Some(received) => received,
-                    None => break,
+        let (unit, handle, key) = match next.take() {
+            Some(next) => next,
+            None => {
+                if let Some(wait) = pace.retry_in.take()
+                    && !sleep_unless_shutdown(wait, shutdown).await
+                {
+                    break;
                 }
-            } else {
-                tokio::select! {
-                    biased;
-                    Some(settled) = inflight.next() => {
-                        count(report, settled);
+                if pace.signalled(shutdown) {
+                    break;
+                }
+                let waiting = lanes.as_ref().map_or(0, Lanes::waiting);
+                // With nothing in flight, the receive is polled first, directly, as one at a
+                // time does; otherwise units in flight finishing come first.
+                let received = if inflight.is_empty() {
+                    let receive = pin!(source.receive());
+                    match UnlessShutdown(receive, shutdown).await {
+                        Some(received) => received,
+                        None => break,
+                    }
+                } else {
+                    tokio::select! {
+                        biased;
+                        Some((settled, key)) = inflight.next() => {
+                            count(report, settled);
+                            next = hand_over(&mut lanes, key);
+                            continue;
+                        }
+                        received = source.receive(), if inflight.len() + waiting < concurrency => received,
+                        () = &mut *shutdown => break,
+                    }
+                };
+                let (unit, handle) = match received {
+                    Ok(Some(received)) => received,
+                    Ok(None) => break,
+                    Err(error) => {
+                        pace.receive_failed(source, &error, &env.counters.observe);
                         continue;
                     }
-                    received = source.receive(), if inflight.len() < concurrency => received,
-                    () = &mut *shutdown => break,
-                }
-            };
-            match received {
-                Ok(Some(received)) => received,
-                Ok(None) => break,
-                Err(error) => {
-                    pace.receive_failed(source, &error, &env.counters.observe);
-                    continue;
+                };
+                pace.receive.succeeded();
+                match &mut lanes {
+                    None => (unit, handle, None),
+                    Some(lanes) => match lanes.admit(unit, handle) {
+                        Some(admitted) => admitted,
+                        None => continue,
+                    },
                 }
             }
         };
-        pace.receive.succeeded();
-        slot.set(Some(process(unit, handle, env, &abandon)));
+        slot.set(Some(process(unit, handle, env, &abandon, key)));
         let run = slot
             .as_mut()
             .as_pin_mut()
             .expect("the slot was just filled");
         match PollOnce(run).await {
-            Poll::Ready(settled) => {
+            Poll::Ready((settled, key)) => {
                 slot.set(None);
                 count(report, settled);
+                next = hand_over(&mut lanes, key);
             }
             Poll::Pending => {
                 inflight.push(InFlight(std::mem::replace(&mut slot, Box::pin(None))));
@@ -305,12 +336,18 @@ async fn several_at_once<Src, S, H>(
     }
 
     // Shutdown: nothing new is received; what is in flight gets the drain deadline, then is
-    // returned (each `process` settles its own unit when abandoned).
+    // returned (each `process` settles its own unit when abandoned). Units waiting in a lane were
+    // never started: released now.
+    let waiting = lanes.as_mut().map(Lanes::drain).unwrap_or_default();
     tracing::info!(
         source = source.name(),
         in_flight = inflight.len(),
+        waiting = waiting.len(),
         "consumer stopping"
     );
+    for (unit, handle) in waiting {
+        count(report, abandoned(handle, &unit, env.counters).await);
+    }
     source.stop().await;
     let deadline = tokio::time::sleep(env.drain_deadline);
     let mut deadline = pin!(deadline);
@@ -318,7 +355,7 @@ async fn several_at_once<Src, S, H>(
     loop {
         tokio::select! {
             next = inflight.next() => match next {
-                Some(settled) => count(report, settled),
+                Some((settled, _)) => count(report, settled),
                 None => break,
             },
             () = &mut deadline, if !abandoned => {
@@ -519,8 +556,21 @@ fn count(report: &mut Report, settled: Settled) {
     }
 }
 
-/// A unit whose handler was still running at the drain deadline: released at once (without
-/// counting the delivery where the mechanism allows: it did not fail), never acknowledged.
+/// The unit its key's lane hands over now that the unit before it (run under `key`) settled.
+#[inline]
+fn hand_over<L>(
+    lanes: &mut Option<Lanes<L>>,
+    key: Option<Bytes>,
+) -> Option<(Unit, L, Option<Bytes>)> {
+    match (lanes, key) {
+        (Some(lanes), Some(key)) => lanes.settled(key),
+        _ => None,
+    }
+}
+
+/// A unit whose handler was still running at the drain deadline, or that waited in its key's
+/// lane at shutdown: released at once (without counting the delivery where the mechanism allows:
+/// it did not fail), never acknowledged.
 async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Settled {
     let outcome = Outcome::Failed("unfinished at shutdown".into());
     let returned = Disposition::Return {
@@ -531,7 +581,7 @@ async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Se
 }
 
 /// One unit of a consumer running several at once: run the handler (a panic is a failure), then
-/// decide and settle.
+/// decide and settle. Answers with the key it ran under, for its lane to hand over the next.
 ///
 /// An `async` block rather than an `async fn`: an `async fn` moves its arguments once more, into
 /// its body's own locals, and a unit is large.
@@ -542,7 +592,8 @@ fn process<'a, S, H, L>(
     mut handle: L,
     env: &'a Env<'_, S, H>,
     abandon: &'a CancellationToken,
-) -> impl Future<Output = Settled> + 'a
+    key: Option<Bytes>,
+) -> impl Future<Output = (Settled, Option<Bytes>)> + 'a
 where
     S: Sync,
     H: Handler<S>,
@@ -553,7 +604,7 @@ where
         let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
-            return settle::apply!(
+            let settled = settle::apply!(
                 handle,
                 &unit,
                 &outcome,
@@ -561,6 +612,7 @@ where
                 env.counters,
                 env.holds
             );
+            return (settled, key);
         }
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
@@ -579,20 +631,21 @@ where
                 .await;
                 match waited {
                     Some(outcome) => outcome,
-                    None => return abandoned(handle, &unit, env.counters).await,
+                    None => return (abandoned(handle, &unit, env.counters).await, key),
                 }
             }
         };
         flight.handled();
         let disposition = settle::disposition(&outcome, &unit, env.policy);
-        settle::apply!(
+        let settled = settle::apply!(
             handle,
             &unit,
             &outcome,
             &disposition,
             env.counters,
             env.holds
-        )
+        );
+        (settled, key)
     }
     .instrument(span)
 }

@@ -38,7 +38,13 @@ impl Read {
             origin: None,
             stamp: None,
         };
+        // The record's key orders its unit (`Consumer::order_by_key`), unless a header says.
+        let key = message.key().filter(|key| !key.is_empty());
         let Some(headers) = message.headers() else {
+            if let Some(key) = key {
+                read.headers =
+                    Headers::from_pairs([(crate::headers::KEY, Bytes::copy_from_slice(key))]);
+            }
             return read;
         };
         let (mut topic, mut partition, mut offset) = (None, None, None);
@@ -68,6 +74,11 @@ impl Read {
                 partition,
                 offset,
             });
+        }
+        if let Some(key) = key
+            && !own.iter().any(|(name, _)| name == crate::headers::KEY)
+        {
+            own.push((crate::headers::KEY.to_owned(), Bytes::copy_from_slice(key)));
         }
         if !own.is_empty() {
             read.headers = Headers::from_pairs(own);

@@ -1,0 +1,390 @@
+//! Per-key order under concurrency (`Consumer::order_by_key`): units with the same key run one at
+//! a time, in arrival order, while other keys run concurrently; waiting units are released at
+//! shutdown. On the in-memory broker, on RabbitMQ (the key in the `x-delivery-key` header) and on
+//! Kafka (the record's key), against the real servers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use delivery::memory::{MemoryBroker, QueueConfig};
+use delivery::{Consumer, HandlerError, Headers, Json, State, Unit, consumer};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Step {
+    key: String,
+    seq: u32,
+    #[serde(default)]
+    fail_once: bool,
+}
+
+/// What the handler saw: each key's steps in the order they ran, whether two units of one key
+/// ever ran at once, and the most units that ran at once.
+#[derive(Clone, Default)]
+struct Seen(Arc<Mutex<Book>>);
+
+#[derive(Default)]
+struct Book {
+    steps: HashMap<String, Vec<u32>>,
+    running: HashSet<String>,
+    overlaps: Vec<String>,
+    now: usize,
+    most: usize,
+    failed: HashSet<(String, u32)>,
+}
+
+impl Seen {
+    fn steps(&self, key: &str) -> Vec<u32> {
+        self.0
+            .lock()
+            .unwrap()
+            .steps
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn total(&self) -> usize {
+        self.0.lock().unwrap().steps.values().map(Vec::len).sum()
+    }
+}
+
+#[consumer]
+async fn record(Json(step): Json<Step>, State(seen): State<Seen>) -> Result<(), HandlerError> {
+    {
+        let mut book = seen.0.lock().unwrap();
+        if !book.running.insert(step.key.clone()) {
+            book.overlaps.push(format!("{}#{}", step.key, step.seq));
+        }
+        book.now += 1;
+        book.most = book.most.max(book.now);
+    }
+    // Units take different times, so that a key's later unit would overtake an earlier one if
+    // nothing held it back.
+    let pause = u64::from((step.seq * 7 + step.key.len() as u32) % 5);
+    tokio::time::sleep(Duration::from_millis(1 + pause)).await;
+    let mut book = seen.0.lock().unwrap();
+    book.running.remove(&step.key);
+    book.now -= 1;
+    if step.fail_once && book.failed.insert((step.key.clone(), step.seq)) {
+        return Err(HandlerError::retry(std::io::Error::other("once")));
+    }
+    book.steps.entry(step.key).or_default().push(step.seq);
+    Ok(())
+}
+
+fn step(key: &str, seq: u32) -> Unit {
+    Unit::new(
+        format!("{key}-{seq}"),
+        format!(r#"{{"key":"{key}","seq":{seq}}}"#),
+    )
+    .with_headers(Headers::from_pairs([(
+        delivery::headers::KEY,
+        key.to_owned(),
+    )]))
+}
+
+/// Every key's steps ran in order, none overlapping another of its key, and keys ran together.
+fn assert_in_order(seen: &Seen, keys: &[String], per_key: u32) {
+    let book = seen.0.lock().unwrap();
+    assert!(
+        book.overlaps.is_empty(),
+        "two units of one key ran at once: {:?}",
+        book.overlaps
+    );
+    for key in keys {
+        let steps = book.steps.get(key).cloned().unwrap_or_default();
+        assert_eq!(
+            steps,
+            (0..per_key).collect::<Vec<_>>(),
+            "key {key} in arrival order"
+        );
+    }
+    assert!(
+        book.most > 1,
+        "other keys ran concurrently (at most {} at once)",
+        book.most
+    );
+}
+
+#[tokio::test]
+async fn the_in_memory_broker_runs_each_key_in_order_and_keys_concurrently() {
+    let broker = MemoryBroker::new();
+    broker.declare("ledger", QueueConfig::default()).unwrap();
+    let keys: Vec<String> = (0..40).map(|k| format!("acct-{k}")).collect();
+    for seq in 0..10 {
+        for key in &keys {
+            broker.publish("ledger", step(key, seq));
+        }
+    }
+    let seen = Seen::default();
+    let report = Consumer::new(broker.consume("ledger"))
+        .state(seen.clone())
+        .concurrency(16)
+        .order_by_key()
+        .shutdown_on(broker.idle("ledger"))
+        .run(record)
+        .await;
+    assert_eq!(report.acked, 400);
+    assert_in_order(&seen, &keys, 10);
+    assert!(
+        seen.0.lock().unwrap().most <= 16,
+        "never more than the concurrency"
+    );
+}
+
+#[tokio::test]
+async fn units_without_a_key_run_unordered_beside_keyed_ones() {
+    let broker = MemoryBroker::new();
+    broker.declare("mixed", QueueConfig::default()).unwrap();
+    for seq in 0..20 {
+        broker.publish("mixed", step("one", seq));
+        broker.publish(
+            "mixed",
+            Unit::new(
+                format!("free-{seq}"),
+                format!(r#"{{"key":"free-{seq}","seq":0}}"#),
+            ),
+        );
+    }
+    let seen = Seen::default();
+    let report = Consumer::new(broker.consume("mixed"))
+        .state(seen.clone())
+        .concurrency(8)
+        .order_by_key()
+        .shutdown_on(broker.idle("mixed"))
+        .run(record)
+        .await;
+    assert_eq!(report.acked, 40);
+    assert_in_order(&seen, &["one".to_owned()], 20);
+}
+
+#[tokio::test]
+async fn a_key_of_your_own_orders_by_what_it_finds() {
+    let broker = MemoryBroker::new();
+    broker.declare("ids", QueueConfig::default()).unwrap();
+    let keys: Vec<String> = (0..5).map(|k| format!("k{k}")).collect();
+    for seq in 0..8 {
+        for key in &keys {
+            // No header: the key is the id's prefix.
+            broker.publish(
+                "ids",
+                Unit::new(
+                    format!("{key}/{seq}"),
+                    format!(r#"{{"key":"{key}","seq":{seq}}}"#),
+                ),
+            );
+        }
+    }
+    let seen = Seen::default();
+    Consumer::new(broker.consume("ids"))
+        .state(seen.clone())
+        .concurrency(8)
+        .order_by(|unit: &Unit| {
+            unit.id()
+                .as_str()
+                .split_once('/')
+                .map(|(key, _)| key.to_owned())
+        })
+        .shutdown_on(broker.idle("ids"))
+        .run(record)
+        .await;
+    assert_in_order(&seen, &keys, 8);
+}
+
+#[tokio::test]
+async fn a_returned_unit_lets_its_keys_later_units_pass_and_comes_back_behind_them() {
+    let broker = MemoryBroker::new();
+    broker.declare("retry", QueueConfig::default()).unwrap();
+    broker.publish(
+        "retry",
+        Unit::new("a-0", r#"{"key":"a","seq":0,"fail_once":true}"#)
+            .with_headers(Headers::from_pairs([(delivery::headers::KEY, "a")])),
+    );
+    for seq in 1..4 {
+        broker.publish("retry", step("a", seq));
+    }
+    let seen = Seen::default();
+    let report = Consumer::new(broker.consume("retry"))
+        .state(seen.clone())
+        .concurrency(4)
+        .order_by_key()
+        .backoff(delivery::disposition::Backoff::exponential(
+            Duration::from_millis(50),
+            Duration::from_millis(50),
+        ))
+        .shutdown_on(broker.idle("retry"))
+        .run(record)
+        .await;
+    assert_eq!((report.acked, report.returned), (4, 1));
+    assert_eq!(
+        seen.steps("a"),
+        [1, 2, 3, 0],
+        "documented: rule 4's guard orders the effect"
+    );
+}
+
+#[tokio::test]
+async fn units_waiting_behind_their_key_are_released_unstarted_at_shutdown() {
+    let broker = MemoryBroker::new();
+    broker.declare("slow", QueueConfig::default()).unwrap();
+    for seq in 0..6 {
+        broker.publish("slow", step("only", seq));
+    }
+    let seen = Seen::default();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let consumer = tokio::spawn(
+        Consumer::new(broker.consume("slow"))
+            .state(seen.clone())
+            .concurrency(8)
+            .order_by_key()
+            .drain_deadline(Duration::from_secs(5))
+            .shutdown_on(async {
+                let _ = stopped.await;
+            })
+            .run(record),
+    );
+    while seen.total() < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    stop.send(()).unwrap();
+    let report = consumer.await.unwrap();
+    let applied = seen.total() as u64;
+    assert_eq!(report.acked, applied);
+    assert_eq!(report.acked + report.returned, 6, "{report:?}");
+    assert!(
+        report.returned > 0,
+        "some waited and were released: {report:?}"
+    );
+    assert_eq!(
+        broker.depth("slow") as u64,
+        report.returned,
+        "released, not lost"
+    );
+    assert_eq!(seen.steps("only"), (0..applied as u32).collect::<Vec<_>>());
+}
+
+#[cfg(feature = "lapin")]
+#[path = "support/rabbitmq.rs"]
+mod rabbitmq;
+
+#[cfg(feature = "lapin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_runs_each_key_in_order_by_its_header() {
+    use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
+
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let topology = RabbitTopology::new(format!("order-by-key-{}", std::process::id())).prefetch(32);
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    let keys: Vec<String> = (0..20).map(|k| format!("acct-{k}")).collect();
+    for seq in 0..8 {
+        for key in &keys {
+            let unit = step(key, seq);
+            publisher
+                .publish(
+                    &topology.queue,
+                    unit.payload(),
+                    delivery::rabbitmq::properties_of(&unit),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let stop = {
+        let seen = seen.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while seen.total() < 160 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let report = Consumer::new(source)
+        .state(seen.clone())
+        .concurrency(16)
+        .order_by_key()
+        .shutdown_on(stop)
+        .run(record)
+        .await;
+    assert_eq!(report.acked, 160, "{report:?}");
+    assert_in_order(&seen, &keys, 8);
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+}
+
+#[cfg(feature = "kafka")]
+#[path = "support/kafka.rs"]
+mod kafka_support;
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() {
+    use delivery::kafka::client::message::{Header, OwnedHeaders};
+    use delivery::kafka::client::producer::FutureRecord;
+    use delivery::kafka::{KafkaSource, KafkaTopology};
+    use kafka_support::{brokers, committed_at, declare, end_of, producer, send, unique_name};
+
+    let topic = unique_name("order-by-key");
+    let group = format!("{topic}-group");
+    let topology = KafkaTopology::new(&topic, &group)
+        .partitions(2)
+        .commit_interval(Duration::from_millis(100));
+    declare(&topology).await;
+    let producer = producer();
+    let keys: Vec<String> = (0..12).map(|k| format!("acct-{k}")).collect();
+    for seq in 0..6 {
+        for key in &keys {
+            let id = format!("{key}-{seq}");
+            let body = format!(r#"{{"key":"{key}","seq":{seq}}}"#);
+            // The record's key orders it: no header of ours.
+            let message = FutureRecord::to(&topic)
+                .key(key.as_str())
+                .payload(&body)
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: delivery::headers::MESSAGE_ID,
+                    value: Some(&id),
+                }));
+            send(&producer, message).await;
+        }
+    }
+    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let seen = Seen::default();
+    let stop = {
+        let seen = seen.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while seen.total() < 72 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            // Time for the last commit.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let report = Consumer::new(source)
+        .state(seen.clone())
+        .concurrency(16)
+        .order_by_key()
+        .shutdown_on(stop)
+        .run(record)
+        .await;
+    assert_eq!(report.acked, 72, "{report:?}");
+    assert_in_order(&seen, &keys, 6);
+    for partition in 0..2 {
+        assert_eq!(
+            committed_at(&topic, &group, partition).await,
+            Some(end_of(&topic, partition).await),
+            "partition {partition}: committed up to its end once every unit settled"
+        );
+    }
+}
