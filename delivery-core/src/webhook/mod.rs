@@ -54,6 +54,8 @@ pub use secret::Secret;
 
 use parse::Signed;
 use secret::Key;
+#[cfg(feature = "http")]
+pub(crate) use standard::StandardSigner;
 
 /// Verifies webhook deliveries for one [`Scheme`] and one or more secrets.
 ///

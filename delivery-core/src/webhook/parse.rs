@@ -93,7 +93,8 @@ pub(super) const TIMESTAMP: &str = "{timestamp}";
 pub(super) const ID: &str = "{id}";
 
 impl<'a> Signed<'a> {
-    /// The signed content of a delivery being signed rather than verified (`testing::sign`).
+    /// The signed content of a delivery being signed rather than verified (the HTTP sink's
+    /// Standard Webhooks signatures, `testing::sign`).
     pub(super) fn to_sign(layout: &'a str, timestamp_text: &'a str, id: &'a str) -> Self {
         Signed {
             signatures: Tags::default(),
@@ -105,7 +106,7 @@ impl<'a> Signed<'a> {
     }
 
     /// The HMAC-SHA256 of the signed content under `key`: the one place a tag is computed, for
-    /// verifying a delivery and for signing one (`testing::sign`).
+    /// verifying a delivery and for signing one (the HTTP sink, `testing::sign`).
     pub(super) fn tag(&self, key: &Key, body: &[u8]) -> Tag {
         let mut mac = key.mac();
         // The short pieces (a timestamp, an id, the separators) go to the MAC together, in one

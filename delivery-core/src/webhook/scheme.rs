@@ -123,7 +123,13 @@ impl Scheme {
                 headers.insert(GITHUB_DELIVERY, signed_value(id)?);
             }
             Scheme::Stripe => stripe::sign(&key, body, &timestamp, &mut headers)?,
-            Scheme::StandardWebhooks => standard::sign(&key, body, &timestamp, id, &mut headers)?,
+            Scheme::StandardWebhooks => standard::sign(
+                std::slice::from_ref(&key),
+                body,
+                &timestamp,
+                id,
+                &mut headers,
+            )?,
             Scheme::Slack => SLACK.sign(&key, body, &timestamp, id, &mut headers)?,
             Scheme::Shopify => {
                 SHOPIFY.sign(&key, body, &timestamp, id, &mut headers)?;

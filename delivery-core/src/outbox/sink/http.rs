@@ -1,4 +1,5 @@
-//! HTTP sink (reqwest): POST with `Idempotency-Key: <record id>`.
+//! HTTP sink (reqwest): POST with `Idempotency-Key: <record id>`, optionally signed as a
+//! [Standard Webhooks](https://www.standardwebhooks.com/) sender.
 //!
 //! [`HttpSink::send`] POSTs a record's payload, byte for byte, to the record's endpoint with the
 //! header `Idempotency-Key` set to the record id — the same on every attempt, so the receiver
@@ -9,7 +10,24 @@
 //! | 2xx | none: a receipt |
 //! | 408, 429, 5xx, a timeout, a connection error | [`HandlerError::retry`], with the receiver's `Retry-After` (seconds or HTTP-date) as [`HandlerError::after`] |
 //! | 3xx | [`HandlerError::reject`]: redirects are not followed (a `303` would turn the POST into a GET) |
-//! | any other 4xx | [`HandlerError::reject`]: the receiver refused the record; the relay marks it dead at once |
+//! | any other 4xx | [`HandlerError::reject`]: the receiver refused the record; the relay marks it dead at once, its status and the start of its body in the dead record's detail |
+//!
+//! # Signed webhooks (rules 5 and 6)
+//!
+//! With [`HttpSink::standard_webhooks`] the sink is a webhook sender any Standard Webhooks
+//! receiver accepts — this crate's own `#[webhook(scheme = standard_webhooks, ..)]`, Svix's
+//! libraries, the standard's reference verifiers. Every attempt carries, beside
+//! `Idempotency-Key`:
+//!
+//! | header | value |
+//! |---|---|
+//! | `webhook-id` | the record id: the same on every attempt, so the receiver deduplicates by it (rule 3 on its side) |
+//! | `webhook-timestamp` | the attempt's send time, Unix seconds: a retry is signed afresh, never refused as a replay |
+//! | `webhook-signature` | `v1,<base64 HMAC-SHA256>` over `{id}.{timestamp}.{body}`, keyed with the base64-decoded part of the `whsec_` secret; one space-separated entry per secret while a secret is rotated ([`HttpSink::also_sign_with`]) |
+//!
+//! The signature is computed by the same code, over the same layout and keys, as
+//! [`Verifier`](crate::webhook::Verifier) checks it with: the sender and the receiver cannot
+//! drift apart.
 //!
 //! The sink speaks plain `http://` with reqwest's default features off. For `https://`, enable a
 //! TLS feature of reqwest in your own `Cargo.toml` (for example
@@ -17,7 +35,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
@@ -26,6 +44,7 @@ use tracing::debug;
 
 use crate::error::HandlerError;
 use crate::outbox::{Receipt, Record};
+use crate::webhook::{Secret, StandardSigner};
 
 /// The header carrying the record id.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -77,6 +96,24 @@ pub struct HttpSink {
     content_type: HeaderValue,
     headers: HeaderMap,
     timeout: Duration,
+    /// Standard Webhooks signing, when asked for.
+    signing: Option<StandardSigner>,
+}
+
+/// Why [`HttpSink::standard_webhooks`] or [`HttpSink::also_sign_with`] cannot sign with a secret:
+/// it is not base64 after `whsec_`, it is empty, or no secret was given first. Found where the
+/// sink is built, at startup, rather than on every record. It never quotes the secret.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the HTTP sink cannot sign Standard Webhooks: {reason}")]
+pub struct SigningError {
+    reason: &'static str,
+}
+
+impl SigningError {
+    /// What is wrong, in words that never include the secret.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
 }
 
 type Route = dyn Fn(&Record) -> Option<Url> + Send + Sync;
@@ -97,6 +134,7 @@ impl fmt::Debug for HttpSink {
             .field("endpoint", &endpoint)
             .field("content_type", &self.content_type)
             .field("timeout", &self.timeout)
+            .field("signing", &self.signing)
             .finish_non_exhaustive()
     }
 }
@@ -129,6 +167,7 @@ impl HttpSink {
             content_type: HeaderValue::from_static("application/json"),
             headers: HeaderMap::new(),
             timeout: DEFAULT_HTTP_TIMEOUT,
+            signing: None,
         }
     }
 
@@ -146,8 +185,9 @@ impl HttpSink {
         self
     }
 
-    /// Adds a header to every POST (an `Authorization`, a tenant). `Content-Type` and
-    /// `Idempotency-Key` are the sink's and cannot be replaced here.
+    /// Adds a header to every POST (an `Authorization`, a tenant). `Content-Type`,
+    /// `Idempotency-Key` and, when signing, the `webhook-*` headers are the sink's and cannot be
+    /// replaced here.
     pub fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.headers.append(name, value);
         self
@@ -160,13 +200,77 @@ impl HttpSink {
         self
     }
 
-    /// POSTs `record`'s payload intact with `Idempotency-Key: <record id>`.
+    /// Signs every attempt as a [Standard Webhooks](https://www.standardwebhooks.com/) sender
+    /// with `secret`, the receiver's signing secret as it hands it out (`whsec_<base64>`; the
+    /// prefix is optional): `webhook-id` is the record id, the same on every attempt;
+    /// `webhook-timestamp` the attempt's send time, in Unix seconds; `webhook-signature`
+    /// `v1,<base64>` over `{id}.{timestamp}.{body}`. Replaces any secret given before.
+    ///
+    /// `Err` if the secret is not base64 after the prefix or is empty: a sink that could sign
+    /// nothing fails where it is built, not on every record.
+    ///
+    /// ```
+    /// use delivery::outbox::sink::HttpSink;
+    ///
+    /// # fn build() -> Result<(), Box<dyn std::error::Error>> {
+    /// let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"; // from your configuration
+    /// let sink = HttpSink::new("http://127.0.0.1:8080/webhooks")?.standard_webhooks(secret)?;
+    /// # let _ = sink;
+    /// assert!(HttpSink::new("http://127.0.0.1:8080/webhooks")?.standard_webhooks("whsec_%%").is_err());
+    /// # Ok(()) }
+    /// # build().unwrap();
+    /// ```
+    pub fn standard_webhooks(mut self, secret: impl Into<Secret>) -> Result<Self, SigningError> {
+        let mut signing = StandardSigner::new();
+        signing
+            .add(&secret.into())
+            .map_err(|reason| SigningError { reason })?;
+        self.signing = Some(signing);
+        Ok(self)
+    }
+
+    /// Also signs with `secret`, for a rotation: every attempt then carries one `v1,` signature
+    /// per secret, space-separated in `webhook-signature`, so a receiver that knows only the old
+    /// secret and one that knows only the new one both accept it. Drop the old secret (build the
+    /// sink with [`standard_webhooks`](HttpSink::standard_webhooks) alone) once every receiver
+    /// has the new one.
+    ///
+    /// `Err` if the secret cannot be used (as for `standard_webhooks`), or if the sink does not
+    /// sign yet: call [`standard_webhooks`](HttpSink::standard_webhooks) first.
+    ///
+    /// ```
+    /// use delivery::outbox::sink::HttpSink;
+    ///
+    /// # fn build() -> Result<(), Box<dyn std::error::Error>> {
+    /// let (new, old) = ("whsec_dGhlIG5ldyBzZWNyZXQga2V5ICEhIQ==", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
+    /// let sink = HttpSink::new("http://127.0.0.1:8080/webhooks")?
+    ///     .standard_webhooks(new)?
+    ///     .also_sign_with(old)?; // until every receiver has the new secret
+    /// # let _ = sink;
+    /// # Ok(()) }
+    /// # build().unwrap();
+    /// ```
+    pub fn also_sign_with(mut self, secret: impl Into<Secret>) -> Result<Self, SigningError> {
+        let Some(signing) = &mut self.signing else {
+            return Err(SigningError {
+                reason: "`also_sign_with` adds a secret to a signing sink: call `standard_webhooks` first",
+            });
+        };
+        signing
+            .add(&secret.into())
+            .map_err(|reason| SigningError { reason })?;
+        Ok(self)
+    }
+
+    /// POSTs `record`'s payload intact with `Idempotency-Key: <record id>` and, when the sink
+    /// [signs](HttpSink::standard_webhooks), the Standard Webhooks headers, signed now.
     ///
     /// `Ok` only for a 2xx. 408, 429, 5xx, timeouts and connection errors fail as
     /// [`HandlerError::retry`], carrying the receiver's `Retry-After` (capped at
     /// [`MAX_RETRY_AFTER`]) as [`HandlerError::after`]; a 3xx or any other 4xx fails as
-    /// [`HandlerError::reject`], as does a record with no endpoint or an id that is not a valid
-    /// header value.
+    /// [`HandlerError::reject`] (its message, and so the dead record's detail, has the status and
+    /// the start of the answer's body), as does a record with no endpoint or an id that is not a
+    /// valid header value.
     pub async fn send(&self, record: impl AsRef<Record>) -> Result<Receipt, HandlerError> {
         let record = record.as_ref();
         let url = match &self.endpoint {
@@ -200,6 +304,20 @@ impl HttpSink {
         if let Some(stamp) = record.stamp() {
             // The record's order, for the receiver's store guard (rule 4).
             headers.insert(crate::headers::STAMP, HeaderValue::from(stamp.0));
+        }
+        if let Some(signing) = &self.signing {
+            // The attempt's own time: each retry is signed afresh, under the same id.
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs());
+            signing
+                .sign(record.id().as_str(), now, record.payload(), &mut headers)
+                .map_err(|reason| {
+                    HandlerError::reject(format!(
+                        "record {:?} cannot be signed as a Standard Webhook: {reason}",
+                        record.id()
+                    ))
+                })?;
         }
         let sent = self
             .client
@@ -372,6 +490,36 @@ mod tests {
         assert_eq!(retry_after(&headers("-5"), now), None);
         assert_eq!(retry_after(&headers("soon"), now), None);
         assert_eq!(retry_after(&HeaderMap::new(), now), None);
+    }
+
+    #[test]
+    fn signing_is_configured_at_build_time_and_never_shows_the_secret() {
+        let sink = || HttpSink::new("http://127.0.0.1:9/hooks").unwrap();
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let signing = sink()
+            .standard_webhooks(secret)
+            .unwrap()
+            .also_sign_with("whsec_dGhlIG5ldyBzZWNyZXQga2V5ICEhIQ==")
+            .unwrap();
+        let shown = format!("{signing:?}");
+        assert!(shown.contains("secrets: 2"), "{shown}");
+        assert!(!shown.contains("MfKQ"), "{shown}");
+
+        let not_base64 = sink().standard_webhooks("whsec_not base64!").unwrap_err();
+        assert!(
+            !not_base64.to_string().contains("not base64!"),
+            "{not_base64}"
+        );
+        assert!(sink().standard_webhooks("whsec_").is_err());
+        let first = sink().also_sign_with(secret).unwrap_err();
+        assert!(first.reason().contains("standard_webhooks"), "{first}");
+        assert!(
+            sink()
+                .standard_webhooks(secret)
+                .unwrap()
+                .also_sign_with("")
+                .is_err()
+        );
     }
 
     #[test]
