@@ -449,7 +449,8 @@ pub use delivery_macros::relay;
     feature = "axum",
     feature = "admin",
     feature = "lapin",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "http"
 ))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeExamples;

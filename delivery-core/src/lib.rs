@@ -11,7 +11,8 @@
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
-//! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
+//! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks (the HTTP sink signs as a Standard Webhooks sender) | 5, 6 |
+//! | [`webhook`] | a third party's delivery verified over its raw body before parsing (GitHub, Stripe, Standard Webhooks, Slack, Shopify, any HMAC scheme); `#[webhook]` on axum | 5 |
 //! | [`testing`] | helpers for users' own tests | 3 |
 //! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | — |
 //! | [`observe`], [`health`] | every metric's name and description; a consumer's or relay's health, served by axum | — |
@@ -25,7 +26,7 @@
 //! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream); your own `redis::Client` or connection through `redis::RedisConnector`; redis 1.x re-exported as `redis::client` |
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
 //! | `postgres`, `sqlite` | outbox stores (sqlx 0.9, re-exported as `sqlx`; your own pool and transactions): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
-//! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id) |
+//! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id), a Standard Webhooks sender with `HttpSink::standard_webhooks` (signed per attempt, `webhook-id` = record id, one signature per secret while rotating) |
 //! | `kafka` | Kafka through rdkafka 0.39 (re-exported as `kafka::client`; your own `ClientConfig` through `kafka::KafkaTopology::with_client_config`): [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |

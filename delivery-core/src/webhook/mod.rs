@@ -21,6 +21,12 @@
 //! - The unit's headers never carry the request's credentials ([`Verifier::unit_headers`]):
 //!   `Authorization`, `Cookie`, `Proxy-Authorization` and the names given to
 //!   [`Verifier::credential_header`] are dropped.
+//!
+//! The sending side of Standard Webhooks is the outbox's HTTP sink (feature `http`):
+//! `HttpSink::standard_webhooks(secret)` signs every attempt with the function this module
+//! verifies against (`webhook-id` the record id, `webhook-timestamp` the attempt's time, one `v1,`
+//! signature per secret while one is rotated), so a sender and a receiver built from this crate
+//! cannot disagree on the layout or the key.
 
 mod error;
 mod generic;

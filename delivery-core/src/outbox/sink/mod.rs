@@ -1,6 +1,12 @@
 //! Sinks: where a relay function sends a record, and the only makers of a [`Receipt`](super::Receipt).
 //! Each sends under the record's own id and returns a receipt only once the receiver confirmed.
 //!
+//! | sink | feature | the record id travels as | a receipt for |
+//! |---|---|---|---|
+//! | `RabbitSink` | `lapin` | `message_id` | the publisher confirm's `ack`, nothing returned |
+//! | `KafkaSink` | `kafka` | the `message-id` header | the idempotent producer's `acks=all` delivery report |
+//! | `HttpSink` | `http` | `Idempotency-Key`; signed as a Standard Webhooks sender (`HttpSink::standard_webhooks`), `webhook-id` too | a 2xx answer |
+//!
 //! The in-memory stand-in for a receiver, which confirms without sending anything, is not one of
 //! them: it is `testing::MemorySink`, behind the `testing` feature, so no production relay can
 //! be wired to a sink whose receipt proves nothing.
