@@ -11,6 +11,7 @@
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
+//! | `inbox` | the units a consumer applied, recorded in its own transaction: a redelivery changes nothing (features `postgres`, `sqlite`) | 3 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks | 6 |
 //! | [`testing`] | helpers for users' own tests | 3 |
 //! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | — |
@@ -43,6 +44,8 @@ pub mod extract;
 mod handler;
 pub mod headers;
 pub mod health;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod inbox;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod marker;
