@@ -4,15 +4,18 @@
 //! Fails, never skips, when PostgreSQL is unreachable. Each test works in a schema of its own.
 #![cfg(feature = "postgres")]
 
+#[path = "../examples/support/orders.rs"]
+mod orders;
 #[path = "support/process.rs"]
 mod process;
 
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::time::Duration;
 
-use delivery::UnitId;
 use delivery::inbox::{Inbox, PgInbox};
-use sqlx::postgres::PgPoolOptions;
+use delivery::{Stamp, Unit, UnitId};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgPool};
 
 /// A schema of the test's own, with a `counter` table (an effect without a natural key): the
@@ -400,4 +403,53 @@ async fn migrations_run_concurrently() {
     }
     assert!(deliver(&db, &schema, &inbox(&schema, "c-0"), "u-1").await);
     drop_schema(&db, &schema).await;
+}
+
+/// The examples' orders contract (`examples/support/orders.rs`) counts a confirmation per unit,
+/// a counter with no natural key, guarded by the inbox: a redelivery counts nothing.
+#[tokio::test]
+async fn the_orders_contract_counts_a_confirmation_once_per_unit() {
+    let (admin, schema) = setup("orders").await;
+    let options = PgConnectOptions::from_str(&process::database_url())
+        .unwrap()
+        .options([("search_path", schema.as_str())]);
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    orders::create_tables(&db).await.unwrap();
+    orders::create_tables(&db).await.unwrap(); // idempotent
+    let app = orders::App {
+        db: db.clone(),
+        effect_delay: Duration::ZERO,
+    };
+    let snapshot = || async {
+        let sent: Vec<(String, i64)> =
+            sqlx::query_as("SELECT customer_id, sent FROM confirmations ORDER BY customer_id")
+                .fetch_all(&db)
+                .await
+                .unwrap();
+        let balances: Vec<(String, i64)> =
+            sqlx::query_as("SELECT customer_id, total_cents FROM balances ORDER BY customer_id")
+                .fetch_all(&db)
+                .await
+                .unwrap();
+        (sent, balances)
+    };
+    let order = r#"{"order_id":"o-1","customer_id":"c-1","amount_cents":100}"#;
+    let unit = Unit::new("m-1", order).with_stamp(Stamp(1));
+    delivery::testing::assert_redelivery_changes_nothing(orders::apply_order, &app, unit, snapshot)
+        .await;
+    let second = r#"{"order_id":"o-2","customer_id":"c-1","amount_cents":50}"#;
+    let unit = Unit::new("m-2", second).with_stamp(Stamp(2));
+    delivery::testing::assert_redelivery_changes_nothing(orders::apply_order, &app, unit, snapshot)
+        .await;
+    assert_eq!(
+        snapshot().await,
+        (vec![("c-1".into(), 2)], vec![("c-1".into(), 150)]),
+        "one confirmation per unit, each amount once"
+    );
+    db.close().await;
+    drop_schema(&admin, &schema).await;
 }
