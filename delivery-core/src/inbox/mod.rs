@@ -73,9 +73,10 @@
 //! - **PostgreSQL.** The second transaction's insert waits on the primary key's index entry until
 //!   the first transaction ends: if it commits, the second sees the conflict and gets `false`; if
 //!   it rolls back, the second inserts and gets `true`. Either way exactly one applies the unit.
-//!   This holds at `READ COMMITTED` (the default). At `REPEATABLE READ` or `SERIALIZABLE` the
-//!   second fails with a serialization error instead: a retryable failure, so the unit is
-//!   returned and its redelivery gets `false`. `tests/inbox_postgres.rs` runs 32 transactions of
+//!   This holds at `READ COMMITTED` (the default). At `REPEATABLE READ` or `SERIALIZABLE`, a
+//!   second transaction whose snapshot predates the first's commit fails with a serialization
+//!   error instead (`could not serialize access due to concurrent update`): a retryable failure,
+//!   so the unit is returned and its redelivery gets `false`. `tests/inbox_postgres.rs` runs 32 transactions of
 //!   one unit in two processes at once and counts one application.
 //! - **SQLite.** One writer at a time: the insert takes the database's write lock and holds it to
 //!   the commit, so a second transaction waits (up to the pool's `busy_timeout`, 5 s by default
