@@ -11,6 +11,7 @@
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
+//! | `inbox` | the units a consumer applied, recorded in its own transaction: a redelivery changes nothing (features `postgres`, `sqlite`) | 3 |
 //! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks (the HTTP sink signs as a Standard Webhooks sender) | 5, 6 |
 //! | [`webhook`] | a third party's delivery verified over its raw body before parsing (GitHub, Stripe, Standard Webhooks, Slack, Shopify, any HMAC scheme); `#[webhook]` on axum | 5 |
 //! | [`testing`] | helpers for users' own tests | 3 |
@@ -44,6 +45,8 @@ pub mod extract;
 mod handler;
 pub mod headers;
 pub mod health;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod inbox;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod marker;
