@@ -6,7 +6,8 @@
 //! |---|---|---|
 //! | [`unit`](mod@unit) | the delivered unit: id, payload, delivery count, stamp, headers | 3, 4 |
 //! | [`decide`] | the one decision: ack, return after backoff, or dead letter | 1, 2 |
-//! | [`consumer`] | the runtime loop; `consumer::settle` is where every unit is acknowledged | 1, 2 |
+//! | [`consumer`] | the runtime loop; `consumer::settle` is where every unit is acknowledged; per-key order (`Consumer::order_by_key`) | 1, 2 |
+//! | [`dead_letter`] | the operator's API over every dead letter (`DeadLetters`, `AnyDeadLetters`); the web console over it, `admin` (feature `admin`) | 2 |
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
@@ -24,6 +25,7 @@
 //! |---|---|
 //! | `lapin` | RabbitMQ through lapin 4: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters); your own `lapin::Connection` through `rabbitmq::RabbitConnector`; lapin re-exported as `lapin` |
 //! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
+//! | `admin` | the dead-letter web console `admin::Console`, an axum router (bearer token or your tower auth layer, CSRF, escaped pages) |
 //! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream); your own `redis::Client` or connection through `redis::RedisConnector`; redis 1.x re-exported as `redis::client` |
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
 //! | `postgres`, `sqlite` | outbox stores (sqlx 0.9, re-exported as `sqlx`; your own pool and transactions): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
