@@ -49,7 +49,10 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use ::axum::extract::{Form, FromRequest, NestedPath, Path, Query, Request, State};
+use ::axum::extract::{
+    Form, FromRequest, FromRequestParts, NestedPath, Path, Query, RawPathParams, Request, State,
+};
+use ::axum::http::request::Parts;
 use ::axum::http::{HeaderValue, Method, StatusCode, header};
 use ::axum::middleware::{self, Next};
 use ::axum::response::{IntoResponse, Redirect, Response};
@@ -477,18 +480,52 @@ struct Which {
     reason: String,
 }
 
-/// The dead letter named in the path, or the `404` page.
-// The error is the page the handler answers at once, built at most once per request: boxing it
-// would buy nothing.
-#[allow(clippy::result_large_err)]
-fn named<'a>(shared: &'a Shared, ctx: &Ctx, name: &str) -> Result<&'a AnyDeadLetters, Response> {
-    shared.by_name.get(name).ok_or_else(|| {
-        failure(
-            ctx,
-            StatusCode::NOT_FOUND,
-            "The console holds no dead letter of that name.",
-        )
-    })
+/// The dead letter a route's `{dead}` segment names, with the request's [`Ctx`]: taken by every
+/// route about one dead letter; a name the console does not hold answers the `404` page.
+struct Named {
+    ctx: Ctx,
+    name: String,
+    dead: AnyDeadLetters,
+}
+
+impl FromRequestParts<Arc<Shared>> for Named {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Response> {
+        let ctx = parts
+            .extensions
+            .get::<Ctx>()
+            .cloned()
+            .ok_or_else(|| StatusCode::INTERNAL_SERVER_ERROR.into_response())?;
+        let params = RawPathParams::from_request_parts(parts, shared)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let name = params
+            .iter()
+            .find(|(key, _)| *key == "dead")
+            .map(|(_, name)| name.to_owned()) // percent-decoded by axum
+            .unwrap_or_default();
+        match shared.by_name.get(&name) {
+            Some(dead) => Ok(Named {
+                dead: dead.clone(),
+                name,
+                ctx,
+            }),
+            None => Err(failure(
+                &ctx,
+                StatusCode::NOT_FOUND,
+                "The console holds no dead letter of that name.",
+            )),
+        }
+    }
+}
+
+/// What an action did, as the overview says it (`done` and how many), or its error page.
+fn answer(ctx: &Ctx, done: Result<(&str, u64), TransportError>) -> Response {
+    match done {
+        Ok((done, n)) => Done::to(ctx, done, n),
+        Err(error) => unreadable(ctx, &error),
+    }
 }
 
 /// The records of the group `which` names in `dead`.
@@ -507,15 +544,10 @@ async fn members(
 
 async fn group(
     State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path(name): Path<String>,
+    Named { ctx, name, dead }: Named,
     Query(which): Query<Which>,
 ) -> Response {
-    let dead = match named(&shared, &ctx, &name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
-    match members(&shared, dead, &which).await {
+    match members(&shared, &dead, &which).await {
         Ok(records) => pages::group(
             &ctx,
             &Group {
@@ -530,15 +562,7 @@ async fn group(
     }
 }
 
-async fn unit(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path((name, id)): Path<(String, String)>,
-) -> Response {
-    let dead = match named(&shared, &ctx, &name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
+async fn unit(Named { ctx, name, dead }: Named, Path((_, id)): Path<(String, String)>) -> Response {
     match dead.peek(&UnitId::new(id)).await {
         Ok(Some(record)) => pages::unit(&ctx, &name, &record).into_response(),
         Ok(None) => failure(
@@ -556,36 +580,17 @@ struct GroupForm {
     which: Which,
 }
 
-async fn redrive_group(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path(name): Path<String>,
-    Form(form): Form<GroupForm>,
-) -> Response {
-    act_on_group(&shared, &ctx, &name, &form, true).await
+async fn redrive_group(State(shared): Env, named: Named, Form(form): Form<GroupForm>) -> Response {
+    act_on_group(&shared, &named, &form, true).await
 }
 
-async fn purge_group(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path(name): Path<String>,
-    Form(form): Form<GroupForm>,
-) -> Response {
-    act_on_group(&shared, &ctx, &name, &form, false).await
+async fn purge_group(State(shared): Env, named: Named, Form(form): Form<GroupForm>) -> Response {
+    act_on_group(&shared, &named, &form, false).await
 }
 
 /// Redrives (`redrive`) or purges the units of a group, then back to the overview.
-async fn act_on_group(
-    shared: &Shared,
-    ctx: &Ctx,
-    name: &str,
-    form: &GroupForm,
-    redrive: bool,
-) -> Response {
-    let dead = match named(shared, ctx, name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
+async fn act_on_group(shared: &Shared, named: &Named, form: &GroupForm, redrive: bool) -> Response {
+    let dead = &named.dead;
     let done = async {
         let mut ids: Vec<UnitId> = members(shared, dead, &form.which)
             .await?
@@ -595,48 +600,38 @@ async fn act_on_group(
         ids.dedup();
         if redrive {
             let report = dead.redrive(Selection::Ids(&ids)).await?;
-            Ok::<_, TransportError>(("redriven", report.redriven.len() as u64))
+            Ok(("redriven", report.redriven.len() as u64))
         } else {
             Ok(("purged", dead.purge(&ids).await?))
         }
     }
     .await;
-    match done {
-        Ok((done, n)) => Done::to(ctx, done, n),
-        Err(error) => unreadable(ctx, &error),
-    }
+    answer(&named.ctx, done)
 }
 
 async fn redrive_unit(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path((name, id)): Path<(String, String)>,
+    Named { ctx, dead, .. }: Named,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    let dead = match named(&shared, &ctx, &name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
-    match dead.redrive(Selection::Ids(&[UnitId::new(id)])).await {
-        Ok(report) if report.redriven.is_empty() => Done::to(&ctx, "gone", 0),
-        Ok(report) => Done::to(&ctx, "redriven", report.redriven.len() as u64),
-        Err(error) => unreadable(&ctx, &error),
-    }
+    let done = dead.redrive(Selection::Ids(&[UnitId::new(id)])).await;
+    answer(
+        &ctx,
+        done.map(|report| match report.redriven.len() as u64 {
+            0 => ("gone", 0),
+            n => ("redriven", n),
+        }),
+    )
 }
 
 async fn purge_unit(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path((name, id)): Path<(String, String)>,
+    Named { ctx, dead, .. }: Named,
+    Path((_, id)): Path<(String, String)>,
 ) -> Response {
-    let dead = match named(&shared, &ctx, &name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
-    match dead.purge(&[UnitId::new(id)]).await {
-        Ok(0) => Done::to(&ctx, "gone", 0),
-        Ok(n) => Done::to(&ctx, "purged", n),
-        Err(error) => unreadable(&ctx, &error),
-    }
+    let done = dead.purge(&[UnitId::new(id)]).await;
+    answer(
+        &ctx,
+        done.map(|n| if n == 0 { ("gone", 0) } else { ("purged", n) }),
+    )
 }
 
 #[derive(Deserialize)]
@@ -645,22 +640,17 @@ struct EditForm {
 }
 
 async fn edit_unit(
-    State(shared): Env,
-    Extension(ctx): Extension<Ctx>,
-    Path((name, id)): Path<(String, String)>,
+    Named { ctx, dead, .. }: Named,
+    Path((_, id)): Path<(String, String)>,
     Form(form): Form<EditForm>,
 ) -> Response {
-    let dead = match named(&shared, &ctx, &name) {
-        Ok(dead) => dead,
-        Err(page) => return page,
-    };
     // Browsers send a textarea's line breaks as CRLF; the operator typed LF.
     let payload = Bytes::from(form.payload.replace("\r\n", "\n"));
-    match dead.redrive_edited(&UnitId::new(id), payload).await {
-        Ok(true) => Done::to(&ctx, "edited", 1),
-        Ok(false) => Done::to(&ctx, "gone", 0),
-        Err(error) => unreadable(&ctx, &error),
-    }
+    let done = dead.redrive_edited(&UnitId::new(id), payload).await;
+    answer(
+        &ctx,
+        done.map(|edited| if edited { ("edited", 1) } else { ("gone", 0) }),
+    )
 }
 
 /// The page for a dead letter that could not be read or changed: `502`, the error as text.
