@@ -108,6 +108,33 @@ fn assert_in_order(seen: &Seen, keys: &[String], per_key: u32) {
     );
 }
 
+/// Consumes `source` at concurrency 16 ordered by key until `seen` holds `total` units (at most a
+/// minute), then `linger` more.
+async fn ordered_until<Src: delivery::Source>(
+    source: Src,
+    seen: &Seen,
+    total: usize,
+    linger: Duration,
+) -> delivery::Report {
+    let stop = {
+        let seen = seen.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while seen.total() < total && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(linger).await;
+        }
+    };
+    Consumer::new(source)
+        .state(seen.clone())
+        .concurrency(16)
+        .order_by_key()
+        .shutdown_on(stop)
+        .run(record)
+        .await
+}
+
 #[tokio::test]
 async fn the_in_memory_broker_runs_each_key_in_order_and_keys_concurrently() {
     let broker = MemoryBroker::new();
@@ -298,22 +325,7 @@ async fn rabbitmq_runs_each_key_in_order_by_its_header() {
         .await
         .unwrap();
     let seen = Seen::default();
-    let stop = {
-        let seen = seen.clone();
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while seen.total() < 160 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-    };
-    let report = Consumer::new(source)
-        .state(seen.clone())
-        .concurrency(16)
-        .order_by_key()
-        .shutdown_on(stop)
-        .run(record)
-        .await;
+    let report = ordered_until(source, &seen, 160, Duration::ZERO).await;
     assert_eq!(report.acked, 160, "{report:?}");
     assert_in_order(&seen, &keys, 8);
     rabbitmq::delete_queues(
@@ -361,24 +373,8 @@ async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() 
     }
     let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
     let seen = Seen::default();
-    let stop = {
-        let seen = seen.clone();
-        async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-            while seen.total() < 72 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            // Time for the last commit.
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    };
-    let report = Consumer::new(source)
-        .state(seen.clone())
-        .concurrency(16)
-        .order_by_key()
-        .shutdown_on(stop)
-        .run(record)
-        .await;
+    // Time for the last commit after the last unit.
+    let report = ordered_until(source, &seen, 72, Duration::from_millis(500)).await;
     assert_eq!(report.acked, 72, "{report:?}");
     assert_in_order(&seen, &keys, 6);
     for partition in 0..2 {
