@@ -15,7 +15,7 @@
 //!
 //! On start it creates the topics `$TOPIC`, `$TOPIC.$GROUP.retry`, `$TOPIC.$GROUP.dlq` and
 //! `$TOPIC.$GROUP.attempts` (the group's own, so other groups never handle its failures) if
-//! missing, and the `orders`, `balances` and `latest_orders` tables. Each unit is
+//! missing, and the tables of `support/orders.rs` (`orders`, `balances`, `latest_orders`, `confirmations`, the inbox). Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
 //! customer's balance, so a redelivery changes nothing; the customer's latest order is replaced

@@ -11,7 +11,7 @@
 //! can land its kills in between; default 0).
 //!
 //! On start it declares the stream, its durable consumer `delivery` and the dead-letter stream
-//! `$STREAM_DLQ`, and creates the `orders`, `balances` and `latest_orders` tables. Each unit is
+//! `$STREAM_DLQ`, and creates the tables of `support/orders.rs` (`orders`, `balances`, `latest_orders`, `confirmations`, the inbox). Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
 //! customer's balance, so a redelivery changes nothing; the customer's latest order is replaced

@@ -8,7 +8,7 @@
 //! between the effect's commit and the acknowledgement, for crash tests; default 0).
 //!
 //! On start it declares the quorum queue `$QUEUE` with the limit and the dead letter `$QUEUE.dlq`,
-//! and creates the `orders`, `balances` and `latest_orders` tables. Each unit is
+//! and creates the tables of `support/orders.rs` (`orders`, `balances`, `latest_orders`, `confirmations`, the inbox). Each unit is
 //! `{"order_id": str, "customer_id": str, "amount_cents": int}`: in one transaction the order is
 //! inserted (nothing if its id exists) and, only if inserted, its amount is added to the
 //! customer's balance, so a redelivery changes nothing; and the customer's latest order is
