@@ -147,6 +147,8 @@ async fn list_across_partitions_purge_and_redrive_under_the_same_id() {
         [
             ("tenant".to_owned(), "acme".to_owned()),
             ("trace".to_owned(), "t-1".to_owned()),
+            // Its record key, kept as its ordering key (`Consumer::order_by_key`).
+            ("x-delivery-key".to_owned(), "u-1".to_owned()),
             ("message-id".to_owned(), "u-1".to_owned()),
             // Its stamp, the offset it was first read at: a redrive is not a newer unit.
             ("x-delivery-stamp".to_owned(), "0".to_owned()),
