@@ -4,9 +4,12 @@
 //! - at concurrency 1 (what keeping a key's order costs without `order_by_key`),
 //! - at concurrency 32 ordered by key,
 //! - at concurrency 32 unordered (the ceiling: no key waits for another),
+//! - by a hand-written per-key loop on the broker's own client (`Source::receive`, `Settle::ack`):
+//!   a task per key fed by a channel, 32 units at once under a semaphore — what users write today
+//!   to keep a key's order under concurrency,
 //!
 //! in the same run, rounds interleaved; prints units per second (medians) and the ratios of the
-//! ordered run to the other two.
+//! ordered run to the others.
 //!
 //!     cargo bench --bench order_by_key
 //!
@@ -16,8 +19,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use delivery::memory::MemoryBroker;
-use delivery::{Consumer, HandlerError, Headers, Json, State, Unit, consumer};
+use std::collections::HashMap;
+
+use delivery::memory::{MemoryBroker, MemoryHandle};
+use delivery::{Consumer, HandlerError, Headers, Json, Settle, Source, State, Unit, consumer};
 use serde::Deserialize;
 
 mod support;
@@ -51,8 +56,8 @@ async fn apply(
     Ok(())
 }
 
-/// Units per second of `units` units over [`KEYS`] keys at `concurrency`, ordered by key or not.
-async fn run(units: u64, concurrency: usize, ordered: bool) -> f64 {
+/// A broker holding `units` units over [`KEYS`] keys.
+fn seeded(units: u64) -> MemoryBroker {
     let broker = MemoryBroker::new();
     for seq in 0..units {
         let key = (seq % KEYS).to_string();
@@ -60,6 +65,58 @@ async fn run(units: u64, concurrency: usize, ordered: bool) -> f64 {
             .with_headers(Headers::from_pairs([(delivery::headers::KEY, key)]));
         broker.publish("steps", unit);
     }
+    broker
+}
+
+/// Units per second of the hand-written per-key loop: one task per key, fed in arrival order by a
+/// channel, applying and acknowledging its units one at a time; at most 32 units received and not
+/// yet acknowledged (a semaphore's permits), as the runtime's concurrency.
+async fn hand_written(units: u64) -> f64 {
+    let broker = seeded(units);
+    let mut source = broker.consume("steps");
+    let permits = Arc::new(tokio::sync::Semaphore::new(32));
+    let (done, mut finished) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut lanes: HashMap<String, tokio::sync::mpsc::UnboundedSender<_>> = HashMap::new();
+    let start = Instant::now();
+    for _ in 0..units {
+        let permit = permits.clone().acquire_owned().await.expect("never closed");
+        let (unit, handle) = source.receive().await.expect("received").expect("a unit");
+        let key =
+            std::str::from_utf8(&unit.headers().get(delivery::headers::KEY).expect("keyed")[..])
+                .expect("a UTF-8 key")
+                .to_owned();
+        let lane = lanes.entry(key).or_insert_with(|| {
+            let (send, mut units) = tokio::sync::mpsc::unbounded_channel::<(
+                Unit,
+                MemoryHandle,
+                tokio::sync::OwnedSemaphorePermit,
+            )>();
+            let done = done.clone();
+            tokio::spawn(async move {
+                while let Some((unit, handle, permit)) = units.recv().await {
+                    let step: Step = serde_json::from_slice(unit.payload()).expect("a step");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    std::hint::black_box(step.seq);
+                    handle.ack(&unit).await.expect("acknowledged");
+                    drop(permit);
+                    let _ = done.send(());
+                }
+            });
+            send
+        });
+        lane.send((unit, handle, permit)).expect("the lane runs");
+    }
+    for _ in 0..units {
+        finished.recv().await.expect("every unit acknowledged");
+    }
+    let elapsed = start.elapsed();
+    source.stop().await;
+    units as f64 / elapsed.as_secs_f64()
+}
+
+/// Units per second of `units` units over [`KEYS`] keys at `concurrency`, ordered by key or not.
+async fn run(units: u64, concurrency: usize, ordered: bool) -> f64 {
+    let broker = seeded(units);
     let applied = Arc::new(Applied {
         target: units,
         ..Applied::default()
@@ -91,21 +148,25 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let (mut one, mut ordered, mut unordered) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut to_one, mut to_unordered) = (Vec::new(), Vec::new());
+    let (mut one, mut ordered, mut unordered, mut by_hand) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut to_one, mut to_unordered, mut to_hand) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..rounds {
-        let (a, b, c) = runtime.block_on(async {
+        let (a, b, c, d) = runtime.block_on(async {
             (
                 run(units, 1, false).await,
                 run(units, 32, true).await,
                 run(units, 32, false).await,
+                hand_written(units).await,
             )
         });
         one.push(a);
         ordered.push(b);
         unordered.push(c);
+        by_hand.push(d);
         to_one.push(b / a);
         to_unordered.push(b / c);
+        to_hand.push(b / d);
     }
     println!(
         "in-memory broker, {units} units over {KEYS} keys, 1 ms of I/O per unit, {rounds} rounds; medians:"
@@ -123,8 +184,13 @@ fn main() {
         median(unordered)
     );
     println!(
-        "  ordered / concurrency 1: {:.1}x   ordered / unordered: {:.2}",
+        "  hand-written per-key loop, 32   {:>10.0} units/s",
+        median(by_hand)
+    );
+    println!(
+        "  ordered / concurrency 1: {:.1}x   ordered / unordered: {:.2}   ordered / hand-written: {:.2}",
         median(to_one),
-        median(to_unordered)
+        median(to_unordered),
+        median(to_hand)
     );
 }

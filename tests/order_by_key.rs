@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use delivery::consumer::WhenReturned;
 use delivery::memory::{MemoryBroker, QueueConfig};
 use delivery::{Consumer, HandlerError, Headers, Json, State, Unit, consumer};
 use serde::Deserialize;
@@ -115,6 +116,7 @@ async fn ordered_until<Src: delivery::Source>(
     seen: &Seen,
     total: usize,
     linger: Duration,
+    when_returned: WhenReturned,
 ) -> delivery::Report {
     let stop = {
         let seen = seen.clone();
@@ -130,6 +132,11 @@ async fn ordered_until<Src: delivery::Source>(
         .state(seen.clone())
         .concurrency(16)
         .order_by_key()
+        .when_returned(when_returned)
+        .backoff(delivery::disposition::Backoff::exponential(
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        ))
         .shutdown_on(stop)
         .run(record)
         .await
@@ -253,6 +260,88 @@ async fn a_returned_unit_lets_its_keys_later_units_pass_and_comes_back_behind_th
     );
 }
 
+/// A key's first unit, failing on its first delivery.
+fn failing_once(key: &str) -> Unit {
+    Unit::new(
+        format!("{key}-0"),
+        format!(r#"{{"key":"{key}","seq":0,"fail_once":true}}"#),
+    )
+    .with_headers(Headers::from_pairs([(
+        delivery::headers::KEY,
+        key.to_owned(),
+    )]))
+}
+
+#[tokio::test]
+async fn held_a_returned_unit_keeps_its_keys_later_units_waiting_until_it_is_applied() {
+    let broker = MemoryBroker::new();
+    broker.declare("hold", QueueConfig::default()).unwrap();
+    broker.publish("hold", failing_once("a"));
+    for seq in 1..4 {
+        broker.publish("hold", step("a", seq));
+        broker.publish("hold", step("b", seq - 1));
+    }
+    let seen = Seen::default();
+    let report = Consumer::new(broker.consume("hold"))
+        .state(seen.clone())
+        .concurrency(4)
+        .order_by_key()
+        .when_returned(WhenReturned::Hold)
+        .backoff(delivery::disposition::Backoff::exponential(
+            Duration::from_millis(50),
+            Duration::from_millis(50),
+        ))
+        .shutdown_on(broker.idle("hold"))
+        .run(record)
+        .await;
+    assert_eq!((report.acked, report.returned), (7, 1), "{report:?}");
+    assert_eq!(seen.steps("a"), [0, 1, 2, 3], "a-1..3 waited for a-0");
+    assert_eq!(seen.steps("b"), [0, 1, 2], "b did not wait for a");
+}
+
+#[tokio::test]
+async fn held_keys_filling_the_concurrency_give_back_their_newest_units_and_keep_their_order() {
+    let broker = MemoryBroker::new();
+    broker.declare("full", QueueConfig::default()).unwrap();
+    // Two keys fail first; their later units alone are more than the concurrency.
+    for key in ["a", "b"] {
+        broker.publish("full", failing_once(key));
+    }
+    for seq in 1..10 {
+        for key in ["a", "b", "c"] {
+            broker.publish("full", step(key, seq));
+        }
+    }
+    broker.publish("full", step("c", 0));
+    let seen = Seen::default();
+    let report = Consumer::new(broker.consume("full"))
+        .state(seen.clone())
+        .concurrency(4)
+        .order_by_key()
+        .when_returned(WhenReturned::Hold)
+        .backoff(delivery::disposition::Backoff::exponential(
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        ))
+        .shutdown_on(broker.idle("full"))
+        .run(record)
+        .await;
+    assert_eq!(report.acked, 30, "{report:?}");
+    assert!(
+        report.returned > 2,
+        "units were given back to make room: {report:?}"
+    );
+    assert_eq!(seen.steps("a"), (0..10).collect::<Vec<_>>());
+    assert_eq!(seen.steps("b"), (0..10).collect::<Vec<_>>());
+    assert_eq!(
+        seen.steps("c").len(),
+        10,
+        "an unheld key ran through: {:?}",
+        seen.steps("c")
+    );
+    assert!(seen.0.lock().unwrap().overlaps.is_empty());
+}
+
 #[tokio::test]
 async fn units_waiting_behind_their_key_are_released_unstarted_at_shutdown() {
     let broker = MemoryBroker::new();
@@ -325,9 +414,55 @@ async fn rabbitmq_runs_each_key_in_order_by_its_header() {
         .await
         .unwrap();
     let seen = Seen::default();
-    let report = ordered_until(source, &seen, 160, Duration::ZERO).await;
+    let report = ordered_until(source, &seen, 160, Duration::ZERO, WhenReturned::Pass).await;
     assert_eq!(report.acked, 160, "{report:?}");
     assert_in_order(&seen, &keys, 8);
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+}
+
+#[cfg(feature = "lapin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_holds_a_key_for_its_returned_unit_within_the_prefetch() {
+    use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
+
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    // The prefetch no more than the concurrency: units waiting behind held keys can take every
+    // delivery the broker allows, and a returned unit must still come back.
+    let topology = RabbitTopology::new(format!("order-hold-{}", std::process::id())).prefetch(16);
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    let keys: Vec<String> = (0..6).map(|k| format!("acct-{k}")).collect();
+    for seq in 0..12 {
+        for (k, key) in keys.iter().enumerate() {
+            // Two keys' first units fail once.
+            let unit = if seq == 0 && k < 2 {
+                failing_once(key)
+            } else {
+                step(key, seq)
+            };
+            publisher
+                .publish(
+                    &topology.queue,
+                    unit.payload(),
+                    delivery::rabbitmq::properties_of(&unit),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let report = ordered_until(source, &seen, 72, Duration::ZERO, WhenReturned::Hold).await;
+    assert_eq!(report.acked, 72, "{report:?}");
+    assert_in_order(&seen, &keys, 12);
     rabbitmq::delete_queues(
         &connection,
         [topology.queue.as_str(), &topology.dead_letter_queue_name()],
@@ -374,8 +509,67 @@ async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() 
     let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
     let seen = Seen::default();
     // Time for the last commit after the last unit.
-    let report = ordered_until(source, &seen, 72, Duration::from_millis(500)).await;
+    let report = ordered_until(
+        source,
+        &seen,
+        72,
+        Duration::from_millis(500),
+        WhenReturned::Pass,
+    )
+    .await;
     assert_eq!(report.acked, 72, "{report:?}");
+    assert_in_order(&seen, &keys, 6);
+    for partition in 0..2 {
+        assert_eq!(
+            committed_at(&topic, &group, partition).await,
+            Some(end_of(&topic, partition).await),
+            "partition {partition}: committed up to its end once every unit settled"
+        );
+    }
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_holds_a_record_key_for_its_returned_unit() {
+    use delivery::kafka::client::message::{Header, OwnedHeaders};
+    use delivery::kafka::client::producer::FutureRecord;
+    use delivery::kafka::{KafkaSource, KafkaTopology};
+    use kafka_support::{brokers, committed_at, declare, end_of, producer, send, unique_name};
+
+    let topic = unique_name("order-hold");
+    let group = format!("{topic}-group");
+    let topology = KafkaTopology::new(&topic, &group)
+        .partitions(2)
+        .commit_interval(Duration::from_millis(100));
+    declare(&topology).await;
+    let producer = producer();
+    let keys: Vec<String> = (0..6).map(|k| format!("acct-{k}")).collect();
+    for seq in 0..6 {
+        for (k, key) in keys.iter().enumerate() {
+            let id = format!("{key}-{seq}");
+            let fail_once = seq == 0 && k < 2;
+            let body = format!(r#"{{"key":"{key}","seq":{seq},"fail_once":{fail_once}}}"#);
+            let message = FutureRecord::to(&topic)
+                .key(key.as_str())
+                .payload(&body)
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: delivery::headers::MESSAGE_ID,
+                    value: Some(&id),
+                }));
+            send(&producer, message).await;
+        }
+    }
+    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let seen = Seen::default();
+    let report = ordered_until(
+        source,
+        &seen,
+        36,
+        Duration::from_millis(500),
+        WhenReturned::Hold,
+    )
+    .await;
+    assert_eq!((report.acked, report.returned), (36, 2), "{report:?}");
     assert_in_order(&seen, &keys, 6);
     for partition in 0..2 {
         assert_eq!(

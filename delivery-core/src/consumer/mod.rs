@@ -34,6 +34,7 @@
 //! ```
 
 mod order;
+pub use order::{HOLD_GRACE, WhenReturned};
 mod run;
 pub(crate) mod settle;
 
@@ -60,7 +61,7 @@ pub struct Consumer<Src, S = ()> {
     backoff: Backoff,
     stop: Stop,
     health: Health,
-    order: Option<order::KeyOf>,
+    order: Option<order::Order>,
 }
 
 /// What a run of a consumer did, counted when it stops.
@@ -168,7 +169,67 @@ impl<Src: Source, S> Consumer<Src, S> {
         mut self,
         key_of: impl Fn(&Unit) -> Option<K> + Send + Sync + 'static,
     ) -> Self {
-        self.order = Some(Arc::new(move |unit: &Unit| key_of(unit).map(Into::into)));
+        let when_returned = self
+            .order
+            .as_ref()
+            .map_or(WhenReturned::default(), |order| order.when_returned);
+        self.order = Some(order::Order {
+            key_of: Arc::new(move |unit: &Unit| key_of(unit).map(Into::into)),
+            when_returned,
+        });
+        self
+    }
+
+    /// What a unit that fails and is returned does to its key's later units when the consumer
+    /// orders by key ([`order_by_key`](Self::order_by_key), [`order_by`](Self::order_by); call it
+    /// after either): [`WhenReturned::Pass`] by default, or [`WhenReturned::Hold`] to keep them
+    /// waiting until it comes back and is applied or dead-lettered.
+    ///
+    /// ```
+    /// use delivery::{consumer, Consumer, DeliveryCount, HandlerError, Headers, Json, State, Unit};
+    /// use delivery::consumer::WhenReturned;
+    /// use delivery::disposition::Backoff;
+    /// use delivery::memory::MemoryBroker;
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    ///
+    /// #[derive(Clone, Default)]
+    /// struct Ledger(Arc<Mutex<Vec<u32>>>);
+    ///
+    /// #[consumer]
+    /// async fn apply(Json(step): Json<u32>, count: DeliveryCount, State(ledger): State<Ledger>)
+    ///     -> Result<(), HandlerError> {
+    ///     if step == 1 && count.get() == 1 {
+    ///         return Err(HandlerError::retry(std::io::Error::other("ledger busy")));
+    ///     }
+    ///     ledger.0.lock().unwrap().push(step);
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let broker = MemoryBroker::new();
+    /// for step in 1..=3u32 {
+    ///     let key = Headers::from_pairs([(delivery::headers::KEY, "acct-7")]);
+    ///     broker.publish("ledger", Unit::new(format!("u-{step}"), step.to_string()).with_headers(key));
+    /// }
+    /// let ledger = Ledger::default();
+    /// Consumer::new(broker.consume("ledger"))
+    ///     .state(ledger.clone())
+    ///     .concurrency(8)
+    ///     .order_by_key()
+    ///     .when_returned(WhenReturned::Hold)
+    ///     .backoff(Backoff::exponential(Duration::from_millis(20), Duration::from_millis(20)))
+    ///     .shutdown_on(broker.idle("ledger"))
+    ///     .run(apply)
+    ///     .await;
+    /// // Step 1 failed once; steps 2 and 3 waited for it.
+    /// assert_eq!(*ledger.0.lock().unwrap(), [1, 2, 3]);
+    /// # }
+    /// ```
+    pub fn when_returned(mut self, when_returned: WhenReturned) -> Self {
+        if let Some(order) = &mut self.order {
+            order.when_returned = when_returned;
+        }
         self
     }
 

@@ -6,6 +6,7 @@
 //! something has to wait. One unit at a time (concurrency 1) has a loop of its own, without a set
 //! in flight at all.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::task::{Context, Poll};
@@ -17,7 +18,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::order::{self, Lanes};
+use super::order::{self, Admitted, Lanes, WhenReturned};
 use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
@@ -27,7 +28,7 @@ use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
 use crate::trace::{self, Messaging};
 use crate::transport::{KeepAlive, Settle, Source, TransportError};
-use crate::unit::Unit;
+use crate::unit::{Unit, UnitId};
 
 /// While units keep coming, the shutdown signal is looked at once every this many of them; when
 /// the loop waits, it watches the signal.
@@ -96,8 +97,12 @@ where
         concurrency,
         "consumer started"
     );
+    // Holding a key for its returned unit takes the lanes, even one unit at a time.
+    let holds_keys = order
+        .as_ref()
+        .is_some_and(|order| order.when_returned == WhenReturned::Hold);
     let work = async {
-        if concurrency == 1 {
+        if concurrency == 1 && !holds_keys {
             one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
         } else {
             let lanes = order::lanes(order.as_ref());
@@ -265,10 +270,11 @@ async fn several_at_once<Src, S, H>(
     let mut inflight = FuturesUnordered::new();
     let mut slot = Box::pin(None);
     let mut pace = Pace::new();
-    // A unit its key's lane handed over when the unit before it settled: run before receiving.
-    let mut next: Option<(Unit, Src::Handle, Option<Bytes>)> = None;
+    // Units their keys' lanes handed over (the unit before settled, or a lane gave up waiting for
+    // its returned unit): run before receiving.
+    let mut ready: VecDeque<Admitted<Src::Handle>> = VecDeque::new();
     loop {
-        let (unit, handle, key) = match next.take() {
+        let (unit, handle, key) = match ready.pop_front() {
             Some(next) => next,
             None => {
                 if let Some(wait) = pace.retry_in.take()
@@ -280,9 +286,18 @@ async fn several_at_once<Src, S, H>(
                     break;
                 }
                 let waiting = lanes.as_ref().map_or(0, Lanes::waiting);
+                if inflight.is_empty() && waiting >= concurrency {
+                    // Only units waiting behind returned ones: one is given back, or the
+                    // returned units could never be received again.
+                    if let Some((unit, handle, after)) = lanes.as_mut().and_then(Lanes::make_room) {
+                        env.holds.make_room(handle, &unit, after, env.counters);
+                        continue;
+                    }
+                }
+                let expiry = lanes.as_ref().and_then(Lanes::next_expiry);
                 // With nothing in flight, the receive is polled first, directly, as one at a
                 // time does; otherwise units in flight finishing come first.
-                let received = if inflight.is_empty() {
+                let received = if inflight.is_empty() && expiry.is_none() {
                     let receive = pin!(source.receive());
                     match UnlessShutdown(receive, shutdown).await {
                         Some(received) => received,
@@ -291,12 +306,15 @@ async fn several_at_once<Src, S, H>(
                 } else {
                     tokio::select! {
                         biased;
-                        Some((settled, key)) = inflight.next() => {
-                            count(report, settled);
-                            next = hand_over(&mut lanes, key);
+                        Some(done) = inflight.next() => {
+                            ready.extend(hand_over(report, &mut lanes, done));
                             continue;
                         }
                         received = source.receive(), if inflight.len() + waiting < concurrency => received,
+                        () = tokio::time::sleep_until(expiry.unwrap_or_else(far_future)), if expiry.is_some() => {
+                            ready.extend(lanes.as_mut().map(Lanes::expired).unwrap_or_default());
+                            continue;
+                        }
                         () = &mut *shutdown => break,
                     }
                 };
@@ -324,10 +342,9 @@ async fn several_at_once<Src, S, H>(
             .as_pin_mut()
             .expect("the slot was just filled");
         match PollOnce(run).await {
-            Poll::Ready((settled, key)) => {
+            Poll::Ready(done) => {
                 slot.set(None);
-                count(report, settled);
-                next = hand_over(&mut lanes, key);
+                ready.extend(hand_over(report, &mut lanes, done));
             }
             Poll::Pending => {
                 inflight.push(InFlight(std::mem::replace(&mut slot, Box::pin(None))));
@@ -355,7 +372,7 @@ async fn several_at_once<Src, S, H>(
     loop {
         tokio::select! {
             next = inflight.next() => match next {
-                Some((settled, _)) => count(report, settled),
+                Some(done) => count(report, done.settled),
                 None => break,
             },
             () = &mut deadline, if !abandoned => {
@@ -556,16 +573,43 @@ fn count(report: &mut Report, settled: Settled) {
     }
 }
 
-/// The unit its key's lane hands over now that the unit before it (run under `key`) settled.
+/// How a unit's run ended, with the key it ran under and, when it was returned, its id and
+/// backoff: for its lane to hand over (or hold) the next.
+struct Done {
+    settled: Settled,
+    key: Option<Bytes>,
+    returned: Option<(UnitId, Duration)>,
+}
+
+impl Done {
+    #[inline(always)]
+    fn new(settled: Settled, key: Option<Bytes>) -> Self {
+        Done {
+            settled,
+            key,
+            returned: None,
+        }
+    }
+}
+
+/// Counts a unit's run and gives its key's lane the unit to run next, if one is ready.
 #[inline]
 fn hand_over<L>(
+    report: &mut Report,
     lanes: &mut Option<Lanes<L>>,
-    key: Option<Bytes>,
-) -> Option<(Unit, L, Option<Bytes>)> {
-    match (lanes, key) {
-        (Some(lanes), Some(key)) => lanes.settled(key),
+    done: Done,
+) -> Option<Admitted<L>> {
+    count(report, done.settled);
+    match (lanes, done.key) {
+        (Some(lanes), Some(key)) => lanes.settled(key, done.returned),
         _ => None,
     }
+}
+
+/// An instant no lane waits until: the timer of a disabled branch.
+#[cold]
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 /// A unit whose handler was still running at the drain deadline, or that waited in its key's
@@ -581,7 +625,8 @@ async fn abandoned<L: Settle>(handle: L, unit: &Unit, counters: &Counters) -> Se
 }
 
 /// One unit of a consumer running several at once: run the handler (a panic is a failure), then
-/// decide and settle. Answers with the key it ran under, for its lane to hand over the next.
+/// decide and settle. Answers with the key it ran under (and, if it was returned, its id and
+/// backoff), for its lane to hand over or hold the next.
 ///
 /// An `async` block rather than an `async fn`: an `async fn` moves its arguments once more, into
 /// its body's own locals, and a unit is large.
@@ -593,7 +638,7 @@ fn process<'a, S, H, L>(
     env: &'a Env<'_, S, H>,
     abandon: &'a CancellationToken,
     key: Option<Bytes>,
-) -> impl Future<Output = (Settled, Option<Bytes>)> + 'a
+) -> impl Future<Output = Done> + 'a
 where
     S: Sync,
     H: Handler<S>,
@@ -612,7 +657,7 @@ where
                 env.counters,
                 env.holds
             );
-            return (settled, key);
+            return Done::new(settled, key);
         }
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
@@ -631,7 +676,7 @@ where
                 .await;
                 match waited {
                     Some(outcome) => outcome,
-                    None => return (abandoned(handle, &unit, env.counters).await, key),
+                    None => return Done::new(abandoned(handle, &unit, env.counters).await, key),
                 }
             }
         };
@@ -645,7 +690,17 @@ where
             env.counters,
             env.holds
         );
-        (settled, key)
+        let returned = match (&key, &disposition, settled) {
+            (Some(_), Disposition::Return { after }, Settled::Returned | Settled::Held) => {
+                Some((unit.id().clone(), *after))
+            }
+            _ => None,
+        };
+        Done {
+            settled,
+            key,
+            returned,
+        }
     }
     .instrument(span)
 }

@@ -309,6 +309,23 @@ impl Holds {
         });
     }
 
+    /// Holds `unit`, given back to make room behind its key's returned unit (`order.rs`), for
+    /// `after`, then releases it — uncounted where the mechanism allows: it did not fail — and
+    /// records it returned.
+    #[cold]
+    pub(crate) fn make_room<H: Settle>(
+        &self,
+        handle: H,
+        unit: &Unit,
+        after: Duration,
+        counters: &Counters,
+    ) {
+        let counters = counters.clone();
+        self.spawn(handle, unit, after, Give::Release, move |result, unit| {
+            made_room(result, unit, &counters)
+        });
+    }
+
     /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait and
     /// records the result with `then`.
     fn hold_then<H: Settle>(
@@ -316,6 +333,17 @@ impl Holds {
         handle: H,
         unit: &Unit,
         after: Duration,
+        then: impl FnOnce(Result<(), TransportError>, &Unit) -> Settled + Send + 'static,
+    ) {
+        self.spawn(handle, unit, after, Give::Back, then);
+    }
+
+    fn spawn<H: Settle>(
+        &self,
+        handle: H,
+        unit: &Unit,
+        after: Duration,
+        give: Give,
         then: impl FnOnce(Result<(), TransportError>, &Unit) -> Settled + Send + 'static,
     ) {
         let unit = unit.clone();
@@ -329,7 +357,11 @@ impl Holds {
                 () = tokio::time::sleep(after) => {}
                 () = cut.cancelled() => {}
             }
-            then(handle.give_back(&unit, Duration::ZERO).await, &unit)
+            let result = match give {
+                Give::Back => handle.give_back(&unit, Duration::ZERO).await,
+                Give::Release => handle.release(&unit).await,
+            };
+            then(result, &unit)
         });
     }
 
@@ -350,6 +382,36 @@ impl Holds {
         }
         report.returned += held.returned;
         report.settle_failed += held.failed;
+    }
+}
+
+/// How a held unit is handed back once its wait is over.
+enum Give {
+    /// Counting the delivery ([`Settle::give_back`]): it failed.
+    Back,
+    /// Uncounted where the mechanism allows ([`Settle::release`]): it never ran.
+    Release,
+}
+
+/// Logs and counts a unit given back to make room behind its key's returned unit.
+#[cold]
+fn made_room(result: Result<(), TransportError>, unit: &Unit, counters: &Counters) -> Settled {
+    let id = unit.id().as_str();
+    match result {
+        Ok(()) => {
+            counters.returned.increment(1);
+            tracing::debug!(
+                unit.id = id,
+                "given back unstarted, to make room behind its key's returned unit"
+            );
+            Settled::Returned
+        }
+        Err(error) => {
+            counters.settle_failed.increment(1);
+            tracing::error!(unit.id = id, %error,
+                "could not give back the unit; the broker will deliver it again");
+            Settled::Failed
+        }
     }
 }
 
