@@ -382,41 +382,65 @@ async fn units_waiting_behind_their_key_are_released_unstarted_at_shutdown() {
     assert_eq!(seen.steps("only"), (0..applied as u32).collect::<Vec<_>>());
 }
 
+/// `per_key` units for each of `keys` keys, interleaved; the first unit of the first `failing`
+/// keys fails on its first delivery.
+fn keyed_units(keys: &[String], per_key: u32, failing: usize) -> impl Iterator<Item = Unit> + '_ {
+    (0..per_key).flat_map(move |seq| {
+        keys.iter().enumerate().map(move |(k, key)| {
+            if seq == 0 && k < failing {
+                failing_once(key)
+            } else {
+                step(key, seq)
+            }
+        })
+    })
+}
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|k| format!("acct-{k}")).collect()
+}
+
 #[cfg(feature = "lapin")]
 #[path = "support/rabbitmq.rs"]
 mod rabbitmq;
 
+/// Publishes `keys` x `per_key` units (the first `failing` keys' first units failing once) to a
+/// fresh queue with `prefetch`, consumes them ordered by key with `when_returned`, and checks
+/// every key's order.
 #[cfg(feature = "lapin")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rabbitmq_runs_each_key_in_order_by_its_header() {
+async fn rabbitmq_ordered(
+    name: &str,
+    keys: &[String],
+    per_key: u32,
+    failing: usize,
+    prefetch: u16,
+    when_returned: WhenReturned,
+) {
     use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
 
     let url = std::env::var("AMQP_URL")
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
-    let topology = RabbitTopology::new(format!("order-by-key-{}", std::process::id())).prefetch(32);
+    let topology = RabbitTopology::new(format!("{name}-{}", std::process::id())).prefetch(prefetch);
     let connection = rabbitmq::fresh(&url, &topology).await;
     let publisher = ConfirmedPublisher::new(url.as_str());
-    let keys: Vec<String> = (0..20).map(|k| format!("acct-{k}")).collect();
-    for seq in 0..8 {
-        for key in &keys {
-            let unit = step(key, seq);
-            publisher
-                .publish(
-                    &topology.queue,
-                    unit.payload(),
-                    delivery::rabbitmq::properties_of(&unit),
-                )
-                .await
-                .unwrap();
-        }
+    for unit in keyed_units(keys, per_key, failing) {
+        publisher
+            .publish(
+                &topology.queue,
+                unit.payload(),
+                delivery::rabbitmq::properties_of(&unit),
+            )
+            .await
+            .unwrap();
     }
     let source = RabbitSource::connect(url.as_str(), topology.clone())
         .await
         .unwrap();
     let seen = Seen::default();
-    let report = ordered_until(source, &seen, 160, Duration::ZERO, WhenReturned::Pass).await;
-    assert_eq!(report.acked, 160, "{report:?}");
-    assert_in_order(&seen, &keys, 8);
+    let total = keys.len() * per_key as usize;
+    let report = ordered_until(source, &seen, total, Duration::ZERO, when_returned).await;
+    assert_eq!(report.acked, total as u64, "{report:?}");
+    assert_in_order(&seen, keys, per_key);
     rabbitmq::delete_queues(
         &connection,
         [topology.queue.as_str(), &topology.dead_letter_queue_name()],
@@ -427,98 +451,70 @@ async fn rabbitmq_runs_each_key_in_order_by_its_header() {
 
 #[cfg(feature = "lapin")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rabbitmq_holds_a_key_for_its_returned_unit_within_the_prefetch() {
-    use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
+async fn rabbitmq_runs_each_key_in_order_by_its_header() {
+    rabbitmq_ordered("order-by-key", &keys(20), 8, 0, 32, WhenReturned::Pass).await;
+}
 
-    let url = std::env::var("AMQP_URL")
-        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+#[cfg(feature = "lapin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_holds_a_key_for_its_returned_unit_within_the_prefetch() {
     // The prefetch no more than the concurrency: units waiting behind held keys can take every
     // delivery the broker allows, and a returned unit must still come back.
-    let topology = RabbitTopology::new(format!("order-hold-{}", std::process::id())).prefetch(16);
-    let connection = rabbitmq::fresh(&url, &topology).await;
-    let publisher = ConfirmedPublisher::new(url.as_str());
-    let keys: Vec<String> = (0..6).map(|k| format!("acct-{k}")).collect();
-    for seq in 0..12 {
-        for (k, key) in keys.iter().enumerate() {
-            // Two keys' first units fail once.
-            let unit = if seq == 0 && k < 2 {
-                failing_once(key)
-            } else {
-                step(key, seq)
-            };
-            publisher
-                .publish(
-                    &topology.queue,
-                    unit.payload(),
-                    delivery::rabbitmq::properties_of(&unit),
-                )
-                .await
-                .unwrap();
-        }
-    }
-    let source = RabbitSource::connect(url.as_str(), topology.clone())
-        .await
-        .unwrap();
-    let seen = Seen::default();
-    let report = ordered_until(source, &seen, 72, Duration::ZERO, WhenReturned::Hold).await;
-    assert_eq!(report.acked, 72, "{report:?}");
-    assert_in_order(&seen, &keys, 12);
-    rabbitmq::delete_queues(
-        &connection,
-        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
-    )
-    .await;
-    publisher.close().await;
+    rabbitmq_ordered("order-hold", &keys(6), 12, 2, 16, WhenReturned::Hold).await;
 }
 
 #[cfg(feature = "kafka")]
 #[path = "support/kafka.rs"]
 mod kafka_support;
 
+/// As [`rabbitmq_ordered`], on a Kafka topic of two partitions keyed by the record's key (no
+/// header of ours); then every partition is committed to its end. Returns the run's report.
 #[cfg(feature = "kafka")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() {
+async fn kafka_ordered(
+    name: &str,
+    keys: &[String],
+    per_key: u32,
+    failing: usize,
+    when_returned: WhenReturned,
+) -> delivery::Report {
     use delivery::kafka::client::message::{Header, OwnedHeaders};
     use delivery::kafka::client::producer::FutureRecord;
     use delivery::kafka::{KafkaSource, KafkaTopology};
     use kafka_support::{brokers, committed_at, declare, end_of, producer, send, unique_name};
 
-    let topic = unique_name("order-by-key");
+    let topic = unique_name(name);
     let group = format!("{topic}-group");
     let topology = KafkaTopology::new(&topic, &group)
         .partitions(2)
         .commit_interval(Duration::from_millis(100));
     declare(&topology).await;
     let producer = producer();
-    let keys: Vec<String> = (0..12).map(|k| format!("acct-{k}")).collect();
-    for seq in 0..6 {
-        for key in &keys {
-            let id = format!("{key}-{seq}");
-            let body = format!(r#"{{"key":"{key}","seq":{seq}}}"#);
-            // The record's key orders it: no header of ours.
-            let message = FutureRecord::to(&topic)
-                .key(key.as_str())
-                .payload(&body)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: delivery::headers::MESSAGE_ID,
-                    value: Some(&id),
-                }));
-            send(&producer, message).await;
-        }
+    for unit in keyed_units(keys, per_key, failing) {
+        let key = unit.headers().get(delivery::headers::KEY).unwrap().clone();
+        let key = std::str::from_utf8(&key).unwrap();
+        let message = FutureRecord::to(&topic)
+            .key(key)
+            .payload(&unit.payload()[..])
+            .headers(OwnedHeaders::new().insert(Header {
+                key: delivery::headers::MESSAGE_ID,
+                value: Some(unit.id().as_str()),
+            }));
+        send(&producer, message).await;
     }
     let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
     let seen = Seen::default();
+    let total = keys.len() * per_key as usize;
     // Time for the last commit after the last unit.
     let report = ordered_until(
         source,
         &seen,
-        72,
+        total,
         Duration::from_millis(500),
-        WhenReturned::Pass,
+        when_returned,
     )
     .await;
-    assert_eq!(report.acked, 72, "{report:?}");
-    assert_in_order(&seen, &keys, 6);
+    assert_eq!(report.acked, total as u64, "{report:?}");
+    assert_in_order(&seen, keys, per_key);
     for partition in 0..2 {
         assert_eq!(
             committed_at(&topic, &group, partition).await,
@@ -526,56 +522,18 @@ async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() 
             "partition {partition}: committed up to its end once every unit settled"
         );
     }
+    report
+}
+
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_runs_each_record_key_in_order_and_commits_everything_once_done() {
+    kafka_ordered("order-by-key", &keys(12), 6, 0, WhenReturned::Pass).await;
 }
 
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_holds_a_record_key_for_its_returned_unit() {
-    use delivery::kafka::client::message::{Header, OwnedHeaders};
-    use delivery::kafka::client::producer::FutureRecord;
-    use delivery::kafka::{KafkaSource, KafkaTopology};
-    use kafka_support::{brokers, committed_at, declare, end_of, producer, send, unique_name};
-
-    let topic = unique_name("order-hold");
-    let group = format!("{topic}-group");
-    let topology = KafkaTopology::new(&topic, &group)
-        .partitions(2)
-        .commit_interval(Duration::from_millis(100));
-    declare(&topology).await;
-    let producer = producer();
-    let keys: Vec<String> = (0..6).map(|k| format!("acct-{k}")).collect();
-    for seq in 0..6 {
-        for (k, key) in keys.iter().enumerate() {
-            let id = format!("{key}-{seq}");
-            let fail_once = seq == 0 && k < 2;
-            let body = format!(r#"{{"key":"{key}","seq":{seq},"fail_once":{fail_once}}}"#);
-            let message = FutureRecord::to(&topic)
-                .key(key.as_str())
-                .payload(&body)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: delivery::headers::MESSAGE_ID,
-                    value: Some(&id),
-                }));
-            send(&producer, message).await;
-        }
-    }
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
-    let seen = Seen::default();
-    let report = ordered_until(
-        source,
-        &seen,
-        36,
-        Duration::from_millis(500),
-        WhenReturned::Hold,
-    )
-    .await;
-    assert_eq!((report.acked, report.returned), (36, 2), "{report:?}");
-    assert_in_order(&seen, &keys, 6);
-    for partition in 0..2 {
-        assert_eq!(
-            committed_at(&topic, &group, partition).await,
-            Some(end_of(&topic, partition).await),
-            "partition {partition}: committed up to its end once every unit settled"
-        );
-    }
+    let report = kafka_ordered("order-hold", &keys(6), 6, 2, WhenReturned::Hold).await;
+    assert_eq!(report.returned, 2, "{report:?}");
 }
