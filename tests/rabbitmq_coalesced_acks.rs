@@ -89,23 +89,37 @@ async fn slow_unit_child() {
         .await;
 }
 
-fn start(queue: &str, applied: &Path, slow_for_ms: u64, acks: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "slow_unit_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("SLOW_QUEUE", queue)
-        .env("SLOW_APPLIED", applied)
-        .env("SLOW_FOR_MS", slow_for_ms.to_string())
-        .env("SLOW_ACKS", acks)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting the child consumer")
+/// A child consumer, killed (SIGKILL) if the test ends before it is stopped.
+struct ChildConsumer(Child);
+
+impl Drop for ChildConsumer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn start(queue: &str, applied: &Path, slow_for_ms: u64, acks: &str) -> ChildConsumer {
+    ChildConsumer(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "slow_unit_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SLOW_QUEUE", queue)
+            .env("SLOW_APPLIED", applied)
+            .env("SLOW_FOR_MS", slow_for_ms.to_string())
+            .env("SLOW_ACKS", acks)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the child consumer"),
+    )
 }
 
 fn applied(path: &Path) -> BTreeSet<String> {
@@ -174,8 +188,8 @@ async fn slow_unit_across_a_sigkill(name: &str, acks: &str) -> BTreeSet<String> 
     .await;
     // Two hundred flush intervals: an ack that would pass the slow unit would be sent by now.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    first.kill().unwrap(); // SIGKILL
-    first.wait().unwrap();
+    first.0.kill().unwrap(); // SIGKILL
+    first.0.wait().unwrap();
     let first_applied = applied(&first_file);
     assert!(
         !first_applied.contains(SLOW),
@@ -200,11 +214,11 @@ async fn slow_unit_across_a_sigkill(name: &str, acks: &str) -> BTreeSet<String> 
         seen = now;
     }
     let status = Command::new("kill")
-        .args(["-TERM", &second.id().to_string()])
+        .args(["-TERM", &second.0.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    second.wait().unwrap();
+    second.0.wait().unwrap();
     let (ready, _) = rabbitmq::queue_counts(&connection, &queue).await;
     assert_eq!(
         ready, 0,

@@ -95,11 +95,21 @@ pub async fn delete(topology: &RabbitTopology) {
 }
 
 /// The ack modes to run the transport in: both (coalesced first), or the one `BENCH_ACKS` names
-/// (`coalesced` or `per-unit`).
+/// (`coalesced` or `per-unit`). Coalesced acks are flushed every `BENCH_FLUSH_MS` if set (the
+/// default's 5 ms otherwise).
 pub fn ack_modes() -> Vec<(&'static str, delivery::rabbitmq::AckMode)> {
     let only = std::env::var("BENCH_ACKS").unwrap_or_default();
+    let coalesced = match std::env::var("BENCH_FLUSH_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        Some(ms) => delivery::rabbitmq::AckMode::Coalesced {
+            flush_every: std::time::Duration::from_millis(ms),
+        },
+        None => delivery::rabbitmq::AckMode::coalesced(),
+    };
     [
-        ("coalesced acks", delivery::rabbitmq::AckMode::coalesced()),
+        ("coalesced acks", coalesced),
         ("per-unit acks", delivery::rabbitmq::AckMode::PerUnit),
     ]
     .into_iter()
