@@ -137,12 +137,19 @@ impl ChannelAcks {
     }
 
     /// The unit with `tag` was given back (its `basic.reject` sent): settled on the broker, it no
-    /// longer holds the watermark.
-    pub(super) fn returned(&self, tag: u64) {
-        let mut book = self.book();
-        book.finish(tag);
-        if !book.acked.is_empty() {
-            self.start_timer(&mut book);
+    /// longer holds the watermark, and the acks it held go out with the next flush — at once once
+    /// the consumer is stopping (a return held for its backoff is given back last).
+    pub(super) async fn returned(&self, tag: u64) {
+        let waiting = {
+            let mut book = self.book();
+            book.finish(tag);
+            if !book.acked.is_empty() {
+                self.start_timer(&mut book);
+            }
+            !book.acked.is_empty()
+        };
+        if waiting && self.eager.load(Ordering::Acquire) {
+            let _ = self.flush().await;
         }
     }
 

@@ -67,7 +67,7 @@ pub(super) async fn requeue(
     if requeued.is_ok()
         && let Some((acks, tag)) = coalesced
     {
-        acks.returned(*tag);
+        acks.returned(*tag).await;
     }
     requeued
 }
