@@ -13,24 +13,25 @@
 //! prints every run, the median rates and their ratio, the median of each round's ratio, and
 //! the median CPU time the bench process spent per unit (the broker's not included).
 //! `BENCH_ONLY=hand|delivery` runs one side, `BENCH_CONCURRENCY=1|32` one case (for profiling).
+//! The transport runs in each ack mode, each against its own hand-written runs (per-unit acks):
+//! coalesced, then per unit; `BENCH_ACKS=coalesced|per-unit` runs one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use delivery::lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeleteOptions,
-};
-use delivery::lapin::types::FieldTable;
-use delivery::lapin::{BasicProperties, Connection};
-use delivery::rabbitmq::{RabbitSource, RabbitTopology};
+use delivery::lapin::BasicProperties;
+use delivery::lapin::options::BasicAckOptions;
+use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
 use delivery::{Consumer, HandlerError, State, consumer};
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 
 mod support;
 use support::{Run, env_or, interleaved, measure, report, selected};
+#[path = "support/rabbitmq.rs"]
+mod rabbitmq;
+use rabbitmq::{ack_modes, fresh, subscribe, url};
 
 #[derive(Clone)]
 struct Bench {
@@ -51,45 +52,13 @@ async fn handle(State(bench): State<Bench>) -> Result<(), HandlerError> {
     Ok(())
 }
 
-fn url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-async fn fresh(topology: &RabbitTopology, n: u64) {
-    let connection = Connection::connect(&url(), Default::default())
-        .await
-        .expect("RabbitMQ unreachable");
-    for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
-        let ch = connection.create_channel().await.unwrap();
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
-    }
-    delivery::rabbitmq::declare(url(), topology).await.unwrap();
-    let ch = connection.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+/// The `i`th unit: the same small order each time, under its own message id.
+fn message(i: u64) -> (Vec<u8>, BasicProperties) {
     let body = br#"{"order_id":"o","customer_id":"c","amount_cents":1}"#;
-    for i in 0..n {
-        // Confirms are collected in batches by `wait_for_confirms` below.
-        drop(
-            ch.basic_publish(
-                "".into(),
-                topology.queue.as_str().into(),
-                BasicPublishOptions::default(),
-                body,
-                BasicProperties::default().with_message_id(format!("b-{i}").into()),
-            )
-            .await
-            .unwrap(),
-        );
-        if i % 1000 == 999 {
-            ch.wait_for_confirms().await.unwrap();
-        }
-    }
-    ch.wait_for_confirms().await.unwrap();
-    let _ = connection.close(200, "ok".into()).await;
+    (
+        body.to_vec(),
+        BasicProperties::default().with_message_id(format!("b-{i}").into()),
+    )
 }
 
 async fn through_transport(
@@ -97,8 +66,9 @@ async fn through_transport(
     n: u64,
     concurrency: usize,
     effect: Duration,
+    mode: AckMode,
 ) -> Run {
-    fresh(topology, n).await;
+    fresh(topology, n, message).await;
     let bench = Bench {
         done: Arc::new(AtomicU64::new(0)),
         target: n,
@@ -108,7 +78,8 @@ async fn through_transport(
     let finished = bench.finished.clone();
     let source = RabbitSource::connect(url(), topology.clone())
         .await
-        .unwrap();
+        .unwrap()
+        .ack_mode(mode);
     measure(n, async {
         let report = Consumer::new(source)
             .state(bench)
@@ -127,23 +98,8 @@ async fn hand_written(
     concurrency: usize,
     effect: Duration,
 ) -> Run {
-    fresh(topology, n).await;
-    let connection = Connection::connect(&url(), Default::default())
-        .await
-        .unwrap();
-    let ch = connection.create_channel().await.unwrap();
-    ch.basic_qos(topology.prefetch, BasicQosOptions::default())
-        .await
-        .unwrap();
-    let consumer = ch
-        .basic_consume(
-            topology.queue.as_str().into(),
-            "hand".into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
+    fresh(topology, n, message).await;
+    let (connection, _channel, consumer) = subscribe(topology).await;
     let run = measure(n, async {
         consumer
             .take(n as usize)
@@ -174,21 +130,16 @@ async fn main() {
             continue;
         }
         let units = if effect.is_zero() { n } else { n / 4 };
-        let (hand, ours) = interleaved(
-            rounds,
-            async || hand_written(&topology, units, concurrency, effect).await,
-            async || through_transport(&topology, units, concurrency, effect).await,
-        )
-        .await;
-        report(label, &format!("{units} units"), "lapin", &hand, &ours);
-    }
-    let connection = Connection::connect(&url(), Default::default())
-        .await
-        .unwrap();
-    for q in [topology.queue.clone(), topology.dead_letter_queue_name()] {
-        let ch = connection.create_channel().await.unwrap();
-        let _ = ch
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+        for (acks, mode) in ack_modes() {
+            let (hand, ours) = interleaved(
+                rounds,
+                async || hand_written(&topology, units, concurrency, effect).await,
+                async || through_transport(&topology, units, concurrency, effect, mode).await,
+            )
             .await;
+            let label = format!("{label}, {acks}");
+            report(&label, &format!("{units} units"), "lapin", &hand, &ours);
+        }
     }
+    rabbitmq::delete(&topology).await;
 }

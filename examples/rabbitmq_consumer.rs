@@ -5,7 +5,8 @@
 //! Env: `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`), `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `QUEUE` (default `orders`), `DELIVERY_LIMIT`
 //! (default 5), `PREFETCH` (default 32), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause
-//! between the effect's commit and the acknowledgement, for crash tests; default 0).
+//! between the effect's commit and the acknowledgement, for crash tests; default 0), `ACKS`
+//! (`coalesced`, the default: one `basic.ack(multiple)` for many units; or `per-unit`).
 //!
 //! On start it declares the quorum queue `$QUEUE` with the limit and the dead letter `$QUEUE.dlq`,
 //! and creates the tables of `support/orders.rs` (`orders`, `balances`, `latest_orders`, `confirmations`, the inbox). Each unit is
@@ -21,7 +22,7 @@
 use std::time::Duration;
 
 use delivery::Consumer;
-use delivery::rabbitmq::{RabbitDeadLetters, RabbitSource, RabbitTopology};
+use delivery::rabbitmq::{AckMode, RabbitDeadLetters, RabbitSource, RabbitTopology};
 use sqlx::postgres::PgPoolOptions;
 
 #[path = "support/env.rs"]
@@ -64,7 +65,14 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let depth =
         RabbitDeadLetters::new(amqp_url.as_str(), &topology).watch_depth(Duration::from_secs(15));
-    let source = RabbitSource::connect(amqp_url.as_str(), topology).await?;
+    let ack_mode = match env_or("ACKS", "coalesced").as_str() {
+        "per-unit" => AckMode::PerUnit,
+        "coalesced" => AckMode::coalesced(),
+        other => return Err(format!("ACKS is `coalesced` or `per-unit`, not `{other}`").into()),
+    };
+    let source = RabbitSource::connect(amqp_url.as_str(), topology)
+        .await?
+        .ack_mode(ack_mode);
     tracing::info!(queue, concurrency, "consuming");
     let report = Consumer::new(source)
         .state(App {

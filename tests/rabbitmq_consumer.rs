@@ -84,15 +84,25 @@ async fn the_example_applies_orders_once_and_dead_letters_poison() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
-    const UNITS: usize = 3000;
+    sigkill_mid_effect("crash", "coalesced", 3000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_effect_with_per_unit_acks_loses_nothing() {
+    sigkill_mid_effect("crash-per-unit", "per-unit", 1500).await;
+}
+
+/// `units` orders (every hundredth poison) consumed by the example in `acks` mode, SIGKILLed
+/// twelve times mid-effect, then drained by a last consumer: each order applied exactly once.
+async fn sigkill_mid_effect(name: &str, acks: &str, units: usize) {
     const POISON_EVERY: usize = 100;
-    let env = Env::new("crash", 5).await;
+    let env = Env::new(name, 5).await;
     let mut expected: BTreeMap<String, i64> = BTreeMap::new();
     let mut poison = BTreeSet::new();
     // Each customer's last order in publication order: the latest the store must end with,
     // however the kills reorder the deliveries (rule 4).
     let mut latest: BTreeMap<String, String> = BTreeMap::new();
-    for i in 0..UNITS {
+    for i in 0..units {
         if i % POISON_EVERY == 50 {
             let id = format!("poison-{i}");
             let body = if i % 200 == 50 {
@@ -114,12 +124,12 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         )
         .await;
     }
-    let valid_units = (UNITS - poison.len()) as i64;
+    let valid_units = (units - poison.len()) as i64;
 
     // Kill the consumer with SIGKILL at varying points, many times, while handlers are mid-effect.
     let mut kills = 0;
     for round in 0..12u64 {
-        let mut child = env.start(16);
+        let mut child = env.start_acking(16, acks, std::process::Stdio::null());
         tokio::time::sleep(Duration::from_millis(400 + (round * 137) % 700)).await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -127,7 +137,7 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
     }
     let applied_before_final = env.scalar("SELECT count(*) FROM $schema.orders").await;
 
-    let mut child = env.start(16);
+    let mut child = env.start_acking(16, acks, std::process::Stdio::null());
     wait_for(
         "every valid order applied and the poison dead-lettered",
         Duration::from_secs(180),
@@ -171,7 +181,7 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         "the dead letter holds exactly the poison units, intact"
     );
     eprintln!(
-        "crash run: {UNITS} units, {kills} SIGKILLs, {applied_before_final} applied before the final consumer, \
+        "crash run ({acks} acks): {units} units, {kills} SIGKILLs, {applied_before_final} applied before the final consumer, \
          {} dead-letter entries for {} poison units",
         dead.len(),
         poison.len()

@@ -13,6 +13,10 @@
 //! was not final again (and the idempotent handler makes the ones it already applied harmless,
 //! rule 3).
 //!
+//! The same rule holds for any acknowledgement that confirms every unit before it: RabbitMQ's
+//! coalesced acks (`basic.ack` with `multiple`) keep one [`Watermark`] over each channel's
+//! delivery tags.
+//!
 //! Transport-agnostic: nothing here talks to a broker. [`Watermarks`] keeps one watermark per
 //! partition, forgets a partition on [`revoke`](Watermarks::revoke), and hands out what to commit
 //! for all partitions in one batch with [`uncommitted`](Watermarks::uncommitted).

@@ -84,7 +84,13 @@ impl Env {
     /// Starts the example with its log (warnings and errors: one line per returned or
     /// dead-lettered unit) written to `log`.
     pub fn start_with(&self, concurrency: usize, log: impl Into<Stdio>) -> Child {
+        self.start_acking(concurrency, "coalesced", log)
+    }
+
+    /// Starts the example acknowledging in `acks` mode (`coalesced` or `per-unit`).
+    pub fn start_acking(&self, concurrency: usize, acks: &str, log: impl Into<Stdio>) -> Child {
         Command::new(&self.binary)
+            .env("ACKS", acks)
             .env("AMQP_URL", amqp_url())
             .env("DATABASE_URL", self.child_database_url())
             .env("QUEUE", &self.queue)

@@ -3,7 +3,11 @@
 //!
 //! - **Acknowledgement** is manual: `basic.qos` prefetch is set before `basic.consume`; a unit is
 //!   acked only once its handler resolved `Ok`. A failed unit is returned with
-//!   `basic.reject(requeue = true)` after the runtime's backoff (reject, not nack).
+//!   `basic.reject(requeue = true)` after the runtime's backoff (reject, not nack). Acks are
+//!   coalesced by default — one `basic.ack(multiple = true)` up to the highest delivery tag below
+//!   which every unit of the channel is settled, flushed every few milliseconds and at shutdown —
+//!   or sent per unit ([`AckMode`]; an ack not yet flushed at a crash is a redelivery, which
+//!   rule 3 makes harmless).
 //! - **The bound is the broker's**: the delivery count is the quorum queue's `x-delivery-count`
 //!   header (0 or absent on the first delivery), and the queue's `x-delivery-limit` with a
 //!   dead-letter exchange makes the broker dead-letter a unit past it ([`RabbitTopology`]).
@@ -44,6 +48,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acks;
 mod codec;
 mod dead_letter;
 mod publish;
@@ -52,6 +57,7 @@ pub(crate) mod sink;
 mod source;
 mod topology;
 
+pub use acks::AckMode;
 pub use codec::properties_of;
 pub use dead_letter::RabbitDeadLetters;
 pub use publish::ConfirmedPublisher;

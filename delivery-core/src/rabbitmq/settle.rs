@@ -1,7 +1,8 @@
 //! The handle of one RabbitMQ delivery and its primitives: `basic.ack`, a return (a requeue, or
 //! on a classic queue a confirmed copy carrying the count; the runtime waits out the backoff
 //! first), and a confirmed copy to the dead-letter queue. `consumer::settle` decides when each
-//! runs.
+//! runs. In [`AckMode::Coalesced`](super::AckMode) an ack waits for the channel's next flush
+//! (`acks.rs`), and a return, sent at once, is recorded there as settled.
 
 use super::codec::{self, text_value};
 use crate::disposition::DeadLetterReason;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::acks::ChannelAcks;
 use super::source::Shared;
 
 /// The handle of one delivery from a [`RabbitSource`](super::RabbitSource). Only the runtime holds it.
@@ -25,6 +27,8 @@ pub struct RabbitHandle {
     pub(super) acker: Option<Acker>,
     pub(super) properties: BasicProperties,
     pub(super) shared: Arc<Shared>,
+    /// The channel's coalesced acks and this delivery's tag there; `None` acks per unit.
+    pub(super) coalesced: Option<(Arc<ChannelAcks>, u64)>,
 }
 
 impl std::fmt::Debug for RabbitHandle {
@@ -50,11 +54,34 @@ fn sent(what: &'static str, result: lapin::Result<bool>) -> Result<(), Transport
     }
 }
 
-async fn requeue(acker: &Acker) -> Result<(), TransportError> {
-    sent(
+/// Returns the delivery (`basic.reject`, requeue), then records it settled in its channel's
+/// coalesced acks: only once the reject is sent may a multiple ack pass its tag.
+pub(super) async fn requeue(
+    acker: &Acker,
+    coalesced: Option<&(Arc<ChannelAcks>, u64)>,
+) -> Result<(), TransportError> {
+    let requeued = sent(
         "returning the unit (basic.reject requeue)",
         acker.reject(BasicRejectOptions { requeue: true }).await,
-    )
+    );
+    if requeued.is_ok()
+        && let Some((acks, tag)) = coalesced
+    {
+        acks.returned(*tag).await;
+    }
+    requeued
+}
+
+/// Acknowledges the delivery: at once, or in its channel's next coalesced flush.
+async fn acknowledge(
+    acker: Acker,
+    coalesced: Option<&(Arc<ChannelAcks>, u64)>,
+    what: &'static str,
+) -> Result<(), TransportError> {
+    match coalesced {
+        Some((acks, tag)) => acks.ack(*tag).await,
+        None => sent(what, acker.ack(BasicAckOptions::default()).await),
+    }
 }
 
 impl RabbitHandle {
@@ -65,10 +92,8 @@ impl RabbitHandle {
 
 impl Settle for RabbitHandle {
     async fn ack(mut self, _unit: &Unit) -> Result<(), TransportError> {
-        sent(
-            "acknowledging (basic.ack)",
-            self.acker().ack(BasicAckOptions::default()).await,
-        )
+        let acker = self.acker();
+        acknowledge(acker, self.coalesced.as_ref(), "acknowledging (basic.ack)").await
     }
 
     /// RabbitMQ has no delayed requeue: the runtime waits out the backoff, holding the delivery
@@ -82,9 +107,9 @@ impl Settle for RabbitHandle {
             // queue, confirmed, and only then is the original acknowledged.
             let properties = std::mem::take(&mut self.properties);
             let so_far = unit.delivery_count().get();
-            return return_copy(&self.shared, unit, so_far, properties, &acker).await;
+            return return_copy(&self, unit, so_far, properties, acker).await;
         }
-        requeue(&acker).await
+        requeue(&acker, self.coalesced.as_ref()).await
     }
 
     /// A classic queue: a confirmed copy carrying the deliveries before this one, then the
@@ -94,9 +119,9 @@ impl Settle for RabbitHandle {
         if self.shared.classic {
             let properties = std::mem::take(&mut self.properties);
             let before = unit.delivery_count().get() - 1;
-            return return_copy(&self.shared, unit, before, properties, &acker).await;
+            return return_copy(&self, unit, before, properties, acker).await;
         }
-        requeue(&acker).await
+        requeue(&acker, self.coalesced.as_ref()).await
     }
 
     async fn copy_to_dead_letter(
@@ -138,12 +163,13 @@ impl Settle for RabbitHandle {
 /// confirmed, the original is requeued instead: it arrives redelivered, and the source counts
 /// that delivery then; nothing is lost.
 async fn return_copy(
-    shared: &Shared,
+    handle: &RabbitHandle,
     unit: &Unit,
     deliveries_so_far: u32,
     properties: BasicProperties,
-    acker: &Acker,
+    acker: Acker,
 ) -> Result<(), TransportError> {
+    let shared = &handle.shared;
     let headers = codec::rewrite(
         properties.headers().as_ref(),
         [(
@@ -160,12 +186,16 @@ async fn return_copy(
         )
         .await;
     match copied {
-        Ok(()) => sent(
-            "acknowledging a returned unit's original (basic.ack)",
-            acker.ack(BasicAckOptions::default()).await,
-        ),
+        Ok(()) => {
+            acknowledge(
+                acker,
+                handle.coalesced.as_ref(),
+                "acknowledging a returned unit's original (basic.ack)",
+            )
+            .await
+        }
         Err(error) => {
-            let requeued = requeue(acker).await;
+            let requeued = requeue(&acker, handle.coalesced.as_ref()).await;
             Err(TransportError::msg(
                 "returning the unit as a copy",
                 match requeued {
@@ -189,7 +219,7 @@ impl Drop for RabbitHandle {
                 .dropped
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(acker);
+                .push((acker, self.coalesced.take()));
             self.shared.any_dropped.store(true, Ordering::Release);
         }
     }

@@ -8,17 +8,16 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use lapin::Acker;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 
+use super::acks::{AckMode, ChannelAcks};
 use super::{Leased, RabbitConnector};
 
 use super::codec::{self};
 use super::publish::ConfirmedPublisher;
-use super::settle::RabbitHandle;
+use super::settle::{self, RabbitHandle};
 use super::topology::{QueueType, RabbitTopology, TopologyError};
 use crate::transport::{Settle, Source, TransportError};
 use crate::unit::Unit;
@@ -38,9 +37,16 @@ use crate::unit::Unit;
 /// and the source consumes again once lapin has recovered it (`enable_auto_recover`). Give a
 /// [`RabbitConnector::factory`] instead to have the source ask your factory for a new connection
 /// after each loss.
+///
+/// **Acknowledgements** are coalesced by default: one `basic.ack(multiple)` for many units, never
+/// past a unit not settled; see [`AckMode`] for the trade-off and [`ack_mode`](Self::ack_mode)
+/// for acks per unit.
 pub struct RabbitSource {
     connector: RabbitConnector,
     topology: RabbitTopology,
+    ack_mode: AckMode,
+    /// A unit of the current channel was handed out (see [`ack_mode`](Self::ack_mode)).
+    handed_out: bool,
     live: Option<Live>,
     /// The connection was lost and is being reopened (for the log line once it is back).
     reconnecting: bool,
@@ -49,7 +55,9 @@ pub struct RabbitSource {
 }
 
 struct Live {
-    // Field order is drop order: the consumer, then its channel, then the connection.
+    // Field order is drop order: the flush task, the consumer, its channel, the connection.
+    /// The channel's coalesced acks, and the guard that ends their flush task.
+    acks: Option<(Arc<ChannelAcks>, tokio_util::sync::DropGuard)>,
     consumer: lapin::Consumer,
     channel: Channel,
     connection: Leased,
@@ -64,10 +72,13 @@ pub(super) struct Shared {
     /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
     /// so a source being dropped with them (a crash) leaves them to the connection's close and
     /// the broker counts the return once.
-    pub(super) dropped: std::sync::Mutex<Vec<Acker>>,
+    pub(super) dropped: std::sync::Mutex<Vec<Dropped>>,
     /// Whether `dropped` may hold any, so `receive` takes the lock only then.
     pub(super) any_dropped: std::sync::atomic::AtomicBool,
 }
+
+/// A delivery whose handle was dropped unsettled, with its coalesced acks if any.
+pub(super) type Dropped = (Acker, Option<(Arc<ChannelAcks>, u64)>);
 
 impl RabbitSource {
     /// A source of `topology.queue` through `connector` — a URL, or your own lapin
@@ -114,9 +125,41 @@ impl RabbitSource {
             consumer_tag: format!("delivery-{}-{}", std::process::id(), next_tag()),
             connector,
             topology,
+            ack_mode: AckMode::default(),
+            handed_out: false,
             live: None,
             reconnecting: false,
         }
+    }
+
+    /// How units are acknowledged: [`AckMode::Coalesced`] by default (see [`AckMode`] for the
+    /// trade-off), or [`AckMode::PerUnit`].
+    ///
+    /// ```no_run
+    /// use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    /// let source = RabbitSource::connect(url, RabbitTopology::new("orders"))
+    ///     .await?
+    ///     .ack_mode(AckMode::PerUnit);
+    /// # let _ = source; Ok(()) }
+    /// ```
+    ///
+    /// Set it before the first unit is received. Changed later, the source consumes again on a
+    /// new channel, and the units of the old one are delivered again (rule 3).
+    pub fn ack_mode(mut self, mode: AckMode) -> Self {
+        if mode == self.ack_mode {
+            return self;
+        }
+        self.ack_mode = mode;
+        if std::mem::take(&mut self.handed_out) {
+            self.live = None;
+        } else if let Some(mut live) = self.live.take() {
+            live.acks = self.coalesce(&live.channel);
+            self.live = Some(live);
+        }
+        self
     }
 
     /// The topology this source consumes.
@@ -129,6 +172,7 @@ impl RabbitSource {
         let opened = self.subscribe(&connection).await;
         match opened {
             Ok((consumer, channel)) => Ok(Live {
+                acks: self.coalesce(&channel),
                 consumer,
                 channel,
                 connection,
@@ -138,6 +182,19 @@ impl RabbitSource {
                 Err(error)
             }
         }
+    }
+
+    /// The coalesced acks of a new consuming `channel`, in [`AckMode::Coalesced`].
+    fn coalesce(
+        &self,
+        channel: &Channel,
+    ) -> Option<(Arc<ChannelAcks>, tokio_util::sync::DropGuard)> {
+        let flush_every = self.ack_mode.flush_every()?;
+        Some(ChannelAcks::start(
+            channel.clone(),
+            flush_every,
+            self.topology.prefetch.max(1),
+        ))
     }
 
     /// Checks the queue, then opens the consuming channel and subscribes.
@@ -172,9 +229,9 @@ impl RabbitSource {
     /// the original is acknowledged (a failed copy requeues the original, and the receive fails,
     /// so the runtime backs off). A unit whose consumers keep dying on it so reaches the bound,
     /// and the runtime dead-letters it on arrival (rule 2).
-    async fn count_the_lost_delivery(&self, delivery: Delivery) -> Result<(), TransportError> {
+    async fn count_the_lost_delivery(&mut self, delivery: Delivery) -> Result<(), TransportError> {
         // As read, the unit's count is the number of deliveries so far, the lost one included.
-        let (unit, handle) = self.unit_of(delivery);
+        let (unit, handle) = self.unit_of(delivery)?;
         tracing::debug!(queue = %self.topology.queue, unit.id = %unit.id(),
             delivery_count = unit.delivery_count().get(), "counting a delivery lost with its consumer");
         handle.give_back(&unit, Duration::ZERO).await
@@ -221,17 +278,28 @@ impl RabbitSource {
         if let Some(live) = self.live.take() {
             drop(live);
         }
+        self.handed_out = false;
         self.reconnecting = true;
         error
     }
 
-    fn unit_of(&self, delivery: Delivery) -> (Unit, RabbitHandle) {
+    fn unit_of(&mut self, delivery: Delivery) -> Result<(Unit, RabbitHandle), TransportError> {
         let Delivery {
+            delivery_tag,
             data,
             properties,
             acker,
             ..
         } = delivery;
+        // Tracked before the unit is handed out: from now on it holds the watermark.
+        let coalesced = match self.live.as_ref().and_then(|live| live.acks.as_ref()) {
+            Some((acks, _)) => {
+                acks.track(delivery_tag)?;
+                Some((acks.clone(), delivery_tag))
+            }
+            None => None,
+        };
+        self.handed_out = true;
         let headers = properties.headers().as_ref();
         let id = codec::unit_id(&properties, &data);
         let count = codec::delivery_count(headers);
@@ -246,8 +314,9 @@ impl RabbitSource {
             acker: Some(acker),
             properties,
             shared: self.shared.clone(),
+            coalesced,
         };
-        (unit, handle)
+        Ok((unit, handle))
     }
 }
 
@@ -274,9 +343,9 @@ impl Source for RabbitSource {
         } else {
             Vec::new()
         };
-        for acker in dropped {
+        for (acker, coalesced) in dropped {
             tokio::spawn(async move {
-                let _ = acker.reject(BasicRejectOptions { requeue: true }).await;
+                let _ = settle::requeue(&acker, coalesced.as_ref()).await;
             });
         }
         if self.live.is_none() {
@@ -297,6 +366,10 @@ impl Source for RabbitSource {
                 Some(Err(error)) => return Err(self.lost(TransportError::new("consuming", error))),
                 None => {
                     let connected = live.connection.status().connected();
+                    if connected && let Some((acks, _)) = &live.acks {
+                        // Cancelled by the broker on a channel still open: its acks still count.
+                        let _ = acks.flush().await;
+                    }
                     return Err(self.lost(TransportError::msg(
                         "consuming",
                         if connected {
@@ -311,7 +384,10 @@ impl Source for RabbitSource {
                 self.count_the_lost_delivery(delivery).await?;
                 continue;
             }
-            return Ok(Some(self.unit_of(delivery)));
+            return match self.unit_of(delivery) {
+                Ok(received) => Ok(Some(received)),
+                Err(error) => Err(self.lost(error)),
+            };
         }
     }
 
@@ -329,15 +405,21 @@ impl Source for RabbitSource {
 
     /// Cancels the subscription (`basic.cancel`): the units the runtime gives back at shutdown
     /// then go to another consumer, and the broker counts their return once — not once more for
-    /// a delivery to this consumer on its way out. Acknowledging what is in flight still works.
+    /// a delivery to this consumer on its way out. Acknowledging what is in flight still works:
+    /// coalesced acks waiting are sent now, and from now on each as it comes.
     async fn stop(&mut self) {
-        if let Some(live) = &self.live
-            && let Err(error) = live
-                .channel
-                .basic_cancel(self.consumer_tag.as_str().into(), Default::default())
-                .await
+        let Some(live) = &self.live else {
+            return;
+        };
+        if let Err(error) = live
+            .channel
+            .basic_cancel(self.consumer_tag.as_str().into(), Default::default())
+            .await
         {
             tracing::debug!(queue = %self.topology.queue, %error, "cancelling the consumer failed");
+        }
+        if let Some((acks, _)) = &live.acks {
+            acks.stop().await;
         }
     }
 }

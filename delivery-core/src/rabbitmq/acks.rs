@@ -1,0 +1,402 @@
+//! Coalesced acknowledgements of one channel: `basic.ack(tag, multiple = true)` up to the highest
+//! delivery tag below which every unit of the channel is settled.
+//!
+//! A multiple ack confirms every delivery up to its tag at once, like an offset commit, so it is
+//! rule 1's acknowledgement for all of them: **it never passes a unit whose disposition is not
+//! final** — still running, being given back, or being copied to the dead letter. The rule is
+//! [`Watermark`]'s, the one Kafka's commits use, here over the channel's delivery tags: a unit is
+//! tracked when received and finished once acknowledged (here, not yet sent) or once its return
+//! (`basic.reject`) was sent, which settles it on the broker by itself.
+//!
+//! The ack sent is the highest *acknowledged* tag the watermark passed, never a returned one: the
+//! broker no longer holds a returned delivery, and a multiple ack naming a tag it does not hold
+//! is a protocol error that closes the channel. Acks wait in [`Book::acked`] until a flush sends
+//! them:
+//!
+//! - on a timer, [`AckMode::Coalesced`]'s `flush_every` after the first ack not yet sent;
+//! - at once when half the prefetch is waiting, so the broker's window of unacknowledged
+//!   deliveries never fills with units already done. If those are held behind a unit still
+//!   running (a slow handler), they are acknowledged one by one instead: the slow unit holds the
+//!   watermark, not the consumer;
+//! - at shutdown ([`RabbitSource::stop`](super::RabbitSource)), after which every ack is sent as
+//!   it comes.
+//!
+//! Tags are the channel's: a new channel (a reconnect) is a new tag space and a new `ChannelAcks`.
+//! The acks the old one had not sent are void with it, and the broker delivers those units again,
+//! which their idempotent effect makes harmless (rule 3).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use lapin::Channel;
+use lapin::options::BasicAckOptions;
+use tokio::sync::Notify;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::offset::Watermark;
+use crate::transport::{TransportError, TransportErrorKind};
+
+/// The acknowledgements of one consuming channel in [`AckMode::Coalesced`].
+pub(super) struct ChannelAcks {
+    channel: Channel,
+    book: Mutex<Book>,
+    /// Serializes flushes, so multiple acks go out in increasing order.
+    flushing: tokio::sync::Mutex<()>,
+    /// An ack waits to be sent: starts the flush timer.
+    due: Notify,
+    /// Half the prefetch waits: flush without waiting out the timer.
+    urgent: Notify,
+    /// After [`stop`](Self::stop): every ack is sent as it comes.
+    eager: AtomicBool,
+    flush_every: Duration,
+    /// How many acks may wait before a flush is urgent: half the prefetch.
+    urgent_at: usize,
+}
+
+/// What the channel's units have settled, and which of their acks are not sent yet.
+#[derive(Default)]
+struct Book {
+    /// Every delivery tag received, finished once its unit is settled.
+    watermark: Watermark,
+    /// Tags acknowledged by the runtime and not yet sent to the broker.
+    acked: BTreeSet<u64>,
+    /// The flush timer was started for the acks waiting.
+    timer_started: bool,
+    /// An urgent flush was asked for.
+    urgent_asked: bool,
+}
+
+/// The acks a flush sends: one multiple ack, then single acks of units held behind a unit that is
+/// not settled.
+#[derive(Default)]
+struct Flush {
+    up_to: Option<u64>,
+    one_by_one: Vec<u64>,
+}
+
+impl ChannelAcks {
+    /// The acks of `channel`, flushed by a task that ends when the returned guard is dropped
+    /// (with the channel).
+    pub(super) fn start(
+        channel: Channel,
+        flush_every: Duration,
+        prefetch: u16,
+    ) -> (Arc<Self>, DropGuard) {
+        let acks = Arc::new(ChannelAcks {
+            channel,
+            book: Mutex::default(),
+            flushing: tokio::sync::Mutex::new(()),
+            due: Notify::new(),
+            urgent: Notify::new(),
+            eager: AtomicBool::new(false),
+            flush_every,
+            urgent_at: usize::from(prefetch / 2).max(1),
+        });
+        let stopped = CancellationToken::new();
+        tokio::spawn(acks.clone().flush_on_timer(stopped.clone()));
+        (acks, stopped.drop_guard())
+    }
+
+    /// A delivery with `tag` was received on this channel.
+    pub(super) fn track(&self, tag: u64) -> Result<(), TransportError> {
+        self.book()
+            .watermark
+            .track(tag)
+            .map_err(|e| TransportError::new("tracking the delivery tag", e))
+    }
+
+    /// The unit with `tag` is acknowledged: its ack waits for the next flush. Fails as a per-unit
+    /// ack does when the channel is already gone (the broker delivers the unit again).
+    pub(super) async fn ack(&self, tag: u64) -> Result<(), TransportError> {
+        if !self.channel.status().connected() {
+            return Err(TransportError::msg(
+                "acknowledging (basic.ack)",
+                "not sent: the channel is closed; the broker will deliver the unit again",
+            )
+            .with_kind(TransportErrorKind::ConnectionLost));
+        }
+        let urgent = {
+            let mut book = self.book();
+            if book.finish(tag) {
+                book.acked.insert(tag);
+            }
+            self.start_timer(&mut book);
+            let urgent = book.acked.len() >= self.urgent_at && !book.urgent_asked;
+            book.urgent_asked |= urgent;
+            urgent
+        };
+        if self.eager.load(Ordering::Acquire) {
+            return self.flush().await;
+        }
+        if urgent {
+            self.urgent.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The unit with `tag` was given back (its `basic.reject` sent): settled on the broker, it no
+    /// longer holds the watermark, and the acks it held go out with the next flush — at once once
+    /// the consumer is stopping (a return held for its backoff is given back last).
+    pub(super) async fn returned(&self, tag: u64) {
+        let waiting = {
+            let mut book = self.book();
+            book.finish(tag);
+            if !book.acked.is_empty() {
+                self.start_timer(&mut book);
+            }
+            !book.acked.is_empty()
+        };
+        if waiting && self.eager.load(Ordering::Acquire) {
+            let _ = self.flush().await;
+        }
+    }
+
+    /// Sends what waits now, and every later ack as it comes: the consumer is stopping.
+    pub(super) async fn stop(&self) {
+        self.eager.store(true, Ordering::Release);
+        let _ = self.flush().await;
+    }
+
+    /// Sends the acks the watermark allows, and single acks of units held behind one that is not
+    /// settled once half the prefetch waits.
+    pub(super) async fn flush(&self) -> Result<(), TransportError> {
+        let _flushing = self.flushing.lock().await;
+        let Flush { up_to, one_by_one } = {
+            let mut book = self.book();
+            book.timer_started = false;
+            book.urgent_asked = false;
+            book.take(self.urgent_at)
+        };
+        let mut sent = Ok(());
+        if let Some(tag) = up_to {
+            sent = self.send(tag, true).await;
+        }
+        for tag in one_by_one {
+            if sent.is_err() {
+                break;
+            }
+            sent = self.send(tag, false).await;
+        }
+        if let Err(error) = &sent {
+            tracing::debug!(%error, "acknowledgements not sent; the broker will deliver their units again");
+        }
+        sent
+    }
+
+    async fn send(&self, tag: u64, multiple: bool) -> Result<(), TransportError> {
+        self.channel
+            .basic_ack(tag, BasicAckOptions { multiple })
+            .await
+            .map_err(|e| {
+                TransportError::new("acknowledging (basic.ack)", e)
+                    .with_kind(TransportErrorKind::ConnectionLost)
+            })
+    }
+
+    /// Flushes `flush_every` after an ack starts the timer, or at once when it is urgent. Once
+    /// `stopped` (the source moved to another channel, or is gone), what waits is sent, and any
+    /// later ack of a unit of this channel is sent as it comes — if the channel is still open.
+    async fn flush_on_timer(self: Arc<Self>, stopped: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = stopped.cancelled() => break,
+                () = self.due.notified() => {}
+            }
+            tokio::select! {
+                () = stopped.cancelled() => break,
+                () = tokio::time::sleep(self.flush_every) => {}
+                () = self.urgent.notified() => {}
+            }
+            let _ = self.flush().await;
+        }
+        if self.channel.status().connected() {
+            self.stop().await;
+        } else {
+            self.eager.store(true, Ordering::Release);
+        }
+    }
+
+    fn start_timer(&self, book: &mut Book) {
+        if !book.timer_started {
+            book.timer_started = true;
+            self.due.notify_one();
+        }
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Book {
+    /// Records the unit with `tag` settled; `false` for a tag not in flight, which is not sent.
+    fn finish(&mut self, tag: u64) -> bool {
+        match self.watermark.finish(tag) {
+            Ok(()) => true,
+            Err(error) => {
+                // Each handle settles its unit once: this would be a bug, and sending nothing for
+                // the tag is the safe side of it (the broker delivers the unit again).
+                tracing::error!(%error, tag, "a delivery tag settled twice or never received");
+                false
+            }
+        }
+    }
+
+    /// The acks to send now: up to the highest acknowledged tag the watermark passed, and, when
+    /// `hold_at` or more acks are held behind a unit not settled, those one by one.
+    fn take(&mut self, hold_at: usize) -> Flush {
+        let mut flush = Flush::default();
+        if let Some(next) = self.watermark.committable() {
+            let held = self.acked.split_off(&next);
+            flush.up_to = self.acked.last().copied();
+            self.acked = held;
+        }
+        if self.acked.len() >= hold_at {
+            flush.one_by_one = std::mem::take(&mut self.acked).into_iter().collect();
+        }
+        flush
+    }
+}
+
+/// How a [`RabbitSource`](super::RabbitSource) acknowledges its units, set with
+/// [`RabbitSource::ack_mode`](super::RabbitSource::ack_mode). Either way a unit is acknowledged
+/// only once its handler succeeded (rule 1), and a failed one is given back at once, on its own.
+///
+/// **Coalesced** (the default): acks are sent as one `basic.ack(tag, multiple = true)` up to the
+/// highest delivery tag below which every unit of the channel is settled — never past a unit still
+/// running, being given back or being copied to the dead letter — a short while after the first
+/// one waits (`flush_every`), at once when half the prefetch waits, and at shutdown. Units held
+/// behind a slow one are acknowledged one by one once half the prefetch waits, so a slow unit
+/// never stalls the consumer. One frame acknowledges many units: less work for the broker and the
+/// client on every unit.
+///
+/// **The trade-off**: an ack not yet sent when the process dies (or its connection is lost) is
+/// lost with it, and the broker delivers that unit again — at most `flush_every` or half the
+/// prefetch of units already applied. Rule 3 makes that harmless (a second delivery of a unit
+/// already applied changes nothing), and a graceful shutdown sends every ack first. On a quorum
+/// queue such a redelivery may count towards the delivery limit, as it does for any unit in
+/// flight at a crash.
+///
+/// **Per unit**: each unit's `basic.ack` is sent before its settle returns — a redelivery after a
+/// crash only for units whose ack had not been sent yet, at the cost of a frame per unit.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// let coalesced = RabbitSource::connect(url, RabbitTopology::new("orders")).await?;
+/// let sooner = RabbitSource::connect(url, RabbitTopology::new("invoices"))
+///     .await?
+///     .ack_mode(AckMode::Coalesced { flush_every: Duration::from_millis(1) });
+/// let per_unit = RabbitSource::connect(url, RabbitTopology::new("refunds"))
+///     .await?
+///     .ack_mode(AckMode::PerUnit);
+/// # let _ = (coalesced, sooner, per_unit); Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AckMode {
+    /// A multiple ack up to the settled watermark of delivery tags, sent `flush_every` after the
+    /// first ack waiting (5 ms by default), sooner when half the prefetch waits.
+    Coalesced {
+        /// How long an ack may wait for others to join it.
+        flush_every: Duration,
+    },
+    /// A `basic.ack` per unit, sent before its settle returns.
+    PerUnit,
+}
+
+impl AckMode {
+    /// [`AckMode::Coalesced`], flushed 5 ms after the first ack waiting: the default.
+    pub const fn coalesced() -> Self {
+        AckMode::Coalesced {
+            flush_every: Duration::from_millis(5),
+        }
+    }
+
+    pub(super) fn flush_every(self) -> Option<Duration> {
+        match self {
+            AckMode::Coalesced { flush_every } => Some(flush_every),
+            AckMode::PerUnit => None,
+        }
+    }
+}
+
+impl Default for AckMode {
+    fn default() -> Self {
+        AckMode::coalesced()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn book(tags: impl IntoIterator<Item = u64>) -> Book {
+        let mut book = Book::default();
+        for tag in tags {
+            book.watermark.track(tag).unwrap();
+        }
+        book
+    }
+
+    fn ack(book: &mut Book, tag: u64) {
+        assert!(book.finish(tag));
+        book.acked.insert(tag);
+    }
+
+    #[test]
+    fn never_acks_past_a_unit_still_running() {
+        let mut book = book(1..=5);
+        for tag in [2, 3, 4, 5] {
+            ack(&mut book, tag);
+        }
+        let flush = book.take(100);
+        assert_eq!(flush.up_to, None, "tag 1 still runs");
+        assert!(flush.one_by_one.is_empty());
+        ack(&mut book, 1);
+        assert_eq!(book.take(100).up_to, Some(5));
+    }
+
+    #[test]
+    fn a_returned_unit_settles_but_is_never_the_tag_acked() {
+        let mut book = book(1..=4);
+        ack(&mut book, 1);
+        ack(&mut book, 2);
+        assert!(book.finish(4)); // returned: the broker no longer holds it
+        assert_eq!(book.take(100).up_to, Some(2), "3 still runs");
+        assert!(book.finish(3)); // returned too
+        let flush = book.take(100);
+        assert_eq!(flush.up_to, None, "nothing acknowledged left to send");
+        assert!(book.acked.is_empty());
+    }
+
+    #[test]
+    fn a_tag_never_received_or_settled_twice_is_never_sent() {
+        let mut book = book([1]);
+        assert!(!book.finish(7));
+        ack(&mut book, 1);
+        assert!(!book.finish(1));
+        assert_eq!(book.take(100).up_to, Some(1));
+        assert_eq!(book.take(100).up_to, None);
+    }
+
+    #[test]
+    fn units_held_behind_a_slow_one_are_acked_one_by_one() {
+        let mut book = book(1..=10);
+        for tag in 2..=10 {
+            ack(&mut book, tag);
+        }
+        assert_eq!(book.take(10).one_by_one, Vec::<u64>::new());
+        let flush = book.take(9);
+        assert_eq!(flush.up_to, None, "tag 1 still holds the watermark");
+        assert_eq!(flush.one_by_one, (2..=10).collect::<Vec<_>>());
+        // Once the slow unit is acked, only it is left to send.
+        ack(&mut book, 1);
+        assert_eq!(book.take(9).up_to, Some(1));
+    }
+}
