@@ -19,6 +19,17 @@ fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 
+/// Deletes the topology's stream, its dead letter and its advisories.
+async fn delete_streams(context: &jetstream::Context, topology: &NatsTopology) {
+    for stream in [
+        topology.stream.clone(),
+        topology.dead_letter_stream_name(),
+        topology.advisory_stream_name(),
+    ] {
+        let _ = context.delete_stream(stream).await;
+    }
+}
+
 /// Consumes until the consumer's ack floor reaches `sequence`.
 async fn consume_through(
     client: &async_nats::Client,
@@ -55,13 +66,7 @@ async fn list_peek_and_redrive_under_the_same_id() {
     let topology = NatsTopology::new(&stream)
         .subjects([format!("{stream}.>")])
         .duplicate_window(Duration::from_millis(100));
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
-    }
+    delete_streams(&context, &topology).await;
     delivery::nats::declare(&nats_url(), &topology)
         .await
         .unwrap();
@@ -213,13 +218,7 @@ async fn list_peek_and_redrive_under_the_same_id() {
     );
     assert_eq!(dead.purge(&[UnitId::new("bad-json")]).await.unwrap(), 0);
 
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
-    }
+    delete_streams(&context, &topology).await;
 }
 
 /// With `confirm_acks`, `+ACK` and `+TERM` wait for JetStream's reply: both are answered, so the
@@ -234,13 +233,7 @@ async fn confirmed_acks_and_terms_are_answered() {
     let topology = NatsTopology::new(&stream)
         .subjects([format!("{stream}.>")])
         .confirm_acks(true);
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
-    }
+    delete_streams(&context, &topology).await;
     delivery::nats::declare(&nats_url(), &topology)
         .await
         .unwrap();
@@ -258,11 +251,5 @@ async fn confirmed_acks_and_terms_are_answered() {
     assert_eq!((report.acked, report.dead_lettered), (1, 1), "{report:?}");
     let dead = NatsDeadLetters::new(client.clone(), &topology);
     assert_eq!(dead.count().await.unwrap(), 1);
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
-    }
+    delete_streams(&context, &topology).await;
 }
