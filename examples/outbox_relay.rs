@@ -13,8 +13,9 @@
 //! or SIGTERM. It prints progress every second: records relayed, rate, pending.
 //!
 //! Environment: `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`), `AMQP_URL`
-//! (default `amqp://guest:guest@127.0.0.1:5672/%2f`); tuning: `WINDOW` (records in flight,
-//! default 256), `BATCH` (records per claim, default 256), `LEASE_MS` (default 60000).
+//! (default `amqp://guest:guest@127.0.0.1:5672/%2f`); tuning: `WINDOW` (publishes awaiting their
+//! confirm, default 256; the relay holds twice as many records, so the next ones wait at the
+//! sink), `BATCH` (records per claim, default 256), `LEASE_MS` (default 60000).
 //!
 //! Several relays may run at once over the same table: each record is claimed by one of them at a
 //! time. A relay killed between the publish and the mark leaves its records leased; another
@@ -258,9 +259,11 @@ pub(crate) async fn relay(
         })
     };
 
+    // Twice the sink's window in hand: while a window of publishes awaits its confirms, the next
+    // records wait at the sink, so a confirm's slot is published into at once.
     let report = Relayer::new(store.clone())
         .state(app)
-        .window(settings.window)
+        .window(settings.window * 2)
         .batch(settings.batch)
         .lease(settings.lease)
         .shutdown_on(shutdown)
