@@ -1,6 +1,9 @@
 //! Consumer throughput over NATS JetStream with a no-op handler: `delivery`'s runtime over
 //! `NatsSource` against a hand-written loop with the raw async-nats client — same pull batch,
 //! `+ACK` per message on both sides, same run. Prints both rates and their ratio (target ≥ 0.9).
+//! The runtime runs twice per round: with its default unconfirmed `+ACK` (as `Message::ack`, the
+//! raw loop's), and with [`NatsTopology::confirm_acks`] (each `+ACK` waits for JetStream's reply,
+//! as `Message::double_ack`), whose cost is printed as its own ratio.
 //!
 //!     cargo bench --features nats --bench nats
 //!
@@ -74,6 +77,17 @@ async fn prepare(context: &jetstream::Context, name: &str, units: u64) -> NatsTo
     topology
 }
 
+/// Deletes the topology's streams: the stream, its dead letter and its advisories.
+async fn delete(context: &jetstream::Context, topology: &NatsTopology) {
+    for stream in [
+        topology.stream.clone(),
+        topology.dead_letter_stream_name(),
+        topology.advisory_stream_name(),
+    ] {
+        let _ = context.delete_stream(stream).await;
+    }
+}
+
 async fn raw(context: &jetstream::Context, topology: &NatsTopology, units: u64) -> f64 {
     let consumer: PullConsumer = context
         .get_consumer_from_stream(&topology.durable, &topology.stream)
@@ -135,28 +149,26 @@ fn main() {
         let pid = std::process::id();
         let mut raw_rates = Vec::new();
         let mut ours = Vec::new();
-        // Alternating sides, twice, each on a fresh stream of the same units.
+        let mut confirmed = Vec::new();
+        // The sides in turn, twice, each on a fresh stream of the same units.
         for round in 0..2 {
             let name = format!("bench-raw-{pid}-{round}");
             let topology = prepare(&context, &name, units).await;
             raw_rates.push(raw(&context, &topology, units).await);
-            let _ = context.delete_stream(&name).await;
-            let _ = context
-                .delete_stream(topology.dead_letter_stream_name())
-                .await;
-            let _ = context.delete_stream(topology.advisory_stream_name()).await;
+            delete(&context, &topology).await;
 
-            let name = format!("bench-delivery-{pid}-{round}");
-            let topology = prepare(&context, &name, units).await;
-            ours.push(runtime(&client, &topology, units).await);
-            let _ = context.delete_stream(&name).await;
-            let _ = context
-                .delete_stream(topology.dead_letter_stream_name())
-                .await;
-            let _ = context.delete_stream(topology.advisory_stream_name()).await;
+            for (confirm, rates) in [(false, &mut ours), (true, &mut confirmed)] {
+                let name = format!("bench-delivery-{pid}-{round}-{confirm}");
+                let topology = prepare(&context, &name, units)
+                    .await
+                    .confirm_acks(confirm);
+                rates.push(runtime(&client, &topology, units).await);
+                delete(&context, &topology).await;
+            }
         }
         let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-        let (raw_best, ours_best) = (best(&raw_rates), best(&ours));
+        let (raw_best, ours_best, confirmed_best) =
+            (best(&raw_rates), best(&ours), best(&confirmed));
         println!(
             "nats: {units} units per side, pull batch {BATCH}, +ACK per unit, runtime concurrency {}",
             concurrency()
@@ -164,5 +176,10 @@ fn main() {
         println!("  raw async-nats loop : {raw_best:>10.0} units/s  (runs: {raw_rates:.0?})");
         println!("  delivery NatsSource : {ours_best:>10.0} units/s  (runs: {ours:.0?})");
         println!("  ratio               : {:.3}", ours_best / raw_best);
+        println!("  delivery, confirm_acks : {confirmed_best:>7.0} units/s  (runs: {confirmed:.0?})");
+        println!(
+            "  ratio, confirm_acks : {:.3}",
+            confirmed_best / raw_best
+        );
     });
 }

@@ -10,13 +10,12 @@
 //! three in turn (and, for reference, the relay into the memory sink and `RabbitSink` alone);
 //! the ratios are medians of the per-round ratios.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use delivery::lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+    BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions, QueuePurgeOptions,
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
@@ -28,6 +27,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 mod support;
 use support::median;
+#[path = "support/raw_publisher.rs"]
+mod raw_publisher;
+use raw_publisher::{confirm_channel, raw_pipelined};
 
 const EXCHANGE: &str = "relay.bench";
 const QUEUE: &str = "relay.bench.audit";
@@ -182,38 +184,6 @@ async fn sink_alone(sink: &RabbitSink, n: usize) {
     }
 }
 
-/// A hand-written publisher: confirm mode, up to `WINDOW` confirms outstanding, nothing read from
-/// or written to a database.
-async fn raw_pipelined(channel: &Channel, n: usize) {
-    let mut outstanding: VecDeque<delivery::lapin::PublisherConfirm> =
-        VecDeque::with_capacity(window());
-    for i in 0..n {
-        if outstanding.len() == window() {
-            let confirm = outstanding.pop_front().unwrap();
-            assert!(matches!(confirm.await.unwrap(), Confirmation::Ack(None)));
-        }
-        let confirm = channel
-            .basic_publish(
-                EXCHANGE.into(),
-                "order.placed".into(),
-                BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
-                &payload(i),
-                BasicProperties::default()
-                    .with_message_id(format!("order-{i}-placed").into())
-                    .with_delivery_mode(2),
-            )
-            .await
-            .unwrap();
-        outstanding.push_back(confirm);
-    }
-    for confirm in outstanding {
-        assert!(matches!(confirm.await.unwrap(), Confirmation::Ack(None)));
-    }
-}
-
 /// The naive relay: one record at a time, its confirm awaited before the next publish.
 async fn naive(store: &PgStore, outbox: &Outbox, channel: &Channel) -> usize {
     let t = outbox.table_name();
@@ -283,11 +253,7 @@ async fn main() {
         .expect("RabbitMQ unreachable");
     let admin = connection.create_channel().await.unwrap();
     declare(&admin).await;
-    let raw_channel = connection.create_channel().await.unwrap();
-    raw_channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
+    let raw_channel = confirm_channel(&connection).await;
     let sink_connection = Connection::connect(&amqp_url, Default::default())
         .await
         .unwrap();
@@ -321,7 +287,8 @@ async fn main() {
 
         purge(&admin).await;
         let started = Instant::now();
-        raw_pipelined(&raw_channel, n).await;
+        let messages = (0..n).map(|i| (format!("order-{i}-placed"), payload(i)));
+        raw_pipelined(&raw_channel, window(), EXCHANGE, "order.placed", messages).await;
         let raw_rate = n as f64 / started.elapsed().as_secs_f64();
 
         fresh_outbox(&store, &outbox, naive_n).await;

@@ -13,13 +13,17 @@
 //! or SIGTERM. It prints progress every second: records relayed, rate, pending.
 //!
 //! Environment: `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`), `AMQP_URL`
-//! (default `amqp://guest:guest@127.0.0.1:5672/%2f`); tuning: `WINDOW` (records in flight,
-//! default 256), `BATCH` (records per claim, default 256), `LEASE_MS` (default 60000).
+//! (default `amqp://guest:guest@127.0.0.1:5672/%2f`); tuning: `WINDOW` (publishes awaiting their
+//! confirm, default 256; the relay holds twice as many records, so the next ones wait at the
+//! sink), `BATCH` (records per claim, default 256), `LEASE_MS` (default 60000).
 //!
 //! Several relays may run at once over the same table: each record is claimed by one of them at a
 //! time. A relay killed between the publish and the mark leaves its records leased; another
 //! relay (or the same one restarted) claims them again once the lease expires and publishes them
 //! again under the same `message_id`, which the receiver deduplicates.
+//!
+//! `benches/relay_example.rs` runs this file's relay (the same settings, pool and logging) against
+//! a raw lapin publisher.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +33,7 @@ use delivery::lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDe
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Connection, ExchangeKind};
 use delivery::outbox::sink::RabbitSink;
-use delivery::outbox::{NewRecord, Outbox, PgStore, Record, Relayer};
+use delivery::outbox::{NewRecord, Outbox, PgStore, Record, RelayReport, Relayer};
 use delivery::{HandlerError, Receipt, State, relay};
 use sqlx::postgres::PgPoolOptions;
 
@@ -37,8 +41,8 @@ use sqlx::postgres::PgPoolOptions;
 mod env;
 use env::{env_num, env_or, exit_on_error, shutdown_signal};
 
-const EXCHANGE: &str = "orders.events";
-const QUEUE: &str = "orders.events.audit";
+pub(crate) const EXCHANGE: &str = "orders.events";
+pub(crate) const QUEUE: &str = "orders.events.audit";
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -59,7 +63,7 @@ async fn publish(record: Record, State(app): State<App>) -> Result<Receipt, Hand
     Ok(receipt)
 }
 
-async fn prepare(store: &PgStore) -> Result<(), Error> {
+pub(crate) async fn prepare(store: &PgStore) -> Result<(), Error> {
     store.migrate().await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS outbox_orders (
@@ -86,24 +90,34 @@ async fn seed(outbox: &Outbox, store: &PgStore, n: u64) -> Result<(), Error> {
         .bind(total_cents)
         .fetch_one(&mut *tx)
         .await?;
-        let event = serde_json::json!({
-            "type": "order.placed",
-            "order_id": order,
-            "customer": customer,
-            "total_cents": total_cents,
-        });
-        // The id is derived from the order: the same effect can never get a second id.
-        let record = NewRecord::json(EXCHANGE, &event)?
-            .key("order.placed")
-            .id(format!("order-{order}-placed"));
-        outbox.write(&mut tx, record).await?;
+        outbox
+            .write(&mut tx, order_placed(order, &customer, total_cents)?)
+            .await?;
         tx.commit().await?;
     }
     println!("seeded {n} orders");
     Ok(())
 }
 
-async fn declare(connection: &Connection) -> Result<(), Error> {
+/// The record of an order placed: its event as JSON, under an id derived from the order, so the
+/// same effect can never get a second id.
+pub(crate) fn order_placed(
+    order: i64,
+    customer: &str,
+    total_cents: i64,
+) -> Result<NewRecord, Error> {
+    let event = serde_json::json!({
+        "type": "order.placed",
+        "order_id": order,
+        "customer": customer,
+        "total_cents": total_cents,
+    });
+    Ok(NewRecord::json(EXCHANGE, &event)?
+        .key("order.placed")
+        .id(format!("order-{order}-placed")))
+}
+
+pub(crate) async fn declare(connection: &Connection) -> Result<(), Error> {
     let channel = connection.create_channel().await?;
     let durable = ExchangeDeclareOptions {
         durable: true,
@@ -137,6 +151,38 @@ async fn declare(connection: &Connection) -> Result<(), Error> {
     Ok(())
 }
 
+/// The relay's tuning, from the environment.
+pub(crate) struct Settings {
+    pub(crate) window: usize,
+    pub(crate) batch: usize,
+    lease: Duration,
+}
+
+impl Settings {
+    pub(crate) fn from_env() -> Self {
+        Settings {
+            window: env_num("WINDOW", 256).max(1),
+            batch: env_num("BATCH", 256),
+            lease: Duration::from_millis(env_num("LEASE_MS", 60_000)),
+        }
+    }
+}
+
+/// The pool the example relays through: claims, marks, the wake-ups' `LISTEN` and the progress
+/// line share it.
+pub(crate) fn pool_options() -> PgPoolOptions {
+    PgPoolOptions::new().max_connections(4)
+}
+
+/// Logs at `info` unless `RUST_LOG` says otherwise.
+pub(crate) fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+}
+
 #[tokio::main]
 async fn main() {
     exit_on_error(run().await);
@@ -145,19 +191,12 @@ async fn main() {
 async fn run() -> Result<(), Error> {
     // First of all, so a signal during start-up stops the relay as soon as it starts.
     let shutdown = shutdown_signal();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    init_tracing();
     let database_url = env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test");
     let amqp_url = env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f");
     let args: Vec<String> = std::env::args().skip(1).collect();
 
-    let pool = PgPoolOptions::new()
-        .max_connections(4)
-        .connect(&database_url)
-        .await?;
+    let pool = pool_options().connect(&database_url).await?;
     let outbox = Outbox::new();
     let store = outbox.postgres(pool);
     prepare(&store).await?;
@@ -172,10 +211,29 @@ async fn run() -> Result<(), Error> {
     }
 
     let connection = Connection::connect(&amqp_url, Default::default()).await?;
+    let report = relay(&store, connection, &Settings::from_env(), shutdown).await?;
+    println!(
+        "stopped: {} delivered, {} retried, {} dead, {} given back; {} pending",
+        report.delivered,
+        report.retried,
+        report.dead,
+        report.released,
+        store.pending().await?
+    );
+    Ok(())
+}
+
+/// Declares the queue, then relays every pending record of `store` into it until `shutdown`,
+/// printing progress once a second.
+pub(crate) async fn relay(
+    store: &PgStore,
+    connection: Connection,
+    settings: &Settings,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<RelayReport, Error> {
     declare(&connection).await?;
-    let window = env_num("WINDOW", 256);
     let app = App {
-        sink: RabbitSink::new(connection).await?.window(window.max(1)),
+        sink: RabbitSink::new(connection).await?.window(settings.window),
         relayed: Arc::new(AtomicU64::new(0)),
     };
 
@@ -201,22 +259,16 @@ async fn run() -> Result<(), Error> {
         })
     };
 
+    // Twice the sink's window in hand: while a window of publishes awaits its confirms, the next
+    // records wait at the sink, so a confirm's slot is published into at once.
     let report = Relayer::new(store.clone())
-        .state(app.clone())
-        .window(window.max(1))
-        .batch(env_num("BATCH", 256))
-        .lease(Duration::from_millis(env_num("LEASE_MS", 60_000)))
+        .state(app)
+        .window(settings.window * 2)
+        .batch(settings.batch)
+        .lease(settings.lease)
         .shutdown_on(shutdown)
         .run(publish)
         .await;
     progress.abort();
-    println!(
-        "stopped: {} delivered, {} retried, {} dead, {} given back; {} pending",
-        report.delivered,
-        report.retried,
-        report.dead,
-        report.released,
-        store.pending().await?
-    );
-    Ok(())
+    Ok(report)
 }

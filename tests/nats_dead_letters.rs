@@ -19,6 +19,17 @@ fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 
+/// Deletes the topology's stream, its dead letter and its advisories.
+async fn delete_streams(context: &jetstream::Context, topology: &NatsTopology) {
+    for stream in [
+        topology.stream.clone(),
+        topology.dead_letter_stream_name(),
+        topology.advisory_stream_name(),
+    ] {
+        let _ = context.delete_stream(stream).await;
+    }
+}
+
 /// Consumes until the consumer's ack floor reaches `sequence`.
 async fn consume_through(
     client: &async_nats::Client,
@@ -55,13 +66,7 @@ async fn list_peek_and_redrive_under_the_same_id() {
     let topology = NatsTopology::new(&stream)
         .subjects([format!("{stream}.>")])
         .duplicate_window(Duration::from_millis(100));
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
-    }
+    delete_streams(&context, &topology).await;
     delivery::nats::declare(&nats_url(), &topology)
         .await
         .unwrap();
@@ -213,11 +218,38 @@ async fn list_peek_and_redrive_under_the_same_id() {
     );
     assert_eq!(dead.purge(&[UnitId::new("bad-json")]).await.unwrap(), 0);
 
-    for s in [
-        &topology.stream,
-        &topology.dead_letter_stream_name(),
-        &topology.advisory_stream_name(),
-    ] {
-        let _ = context.delete_stream(s).await;
+    delete_streams(&context, &topology).await;
+}
+
+/// With `confirm_acks`, `+ACK` and `+TERM` wait for JetStream's reply: both are answered, so the
+/// good unit is acknowledged and the poison one terminated once its copy is in the dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmed_acks_and_terms_are_answered() {
+    let client = async_nats::connect(nats_url())
+        .await
+        .unwrap_or_else(|e| panic!("NATS unreachable at {}: {e}", nats_url()));
+    let context = jetstream::new(client.clone());
+    let stream = format!("nats-confirmed-{}", std::process::id());
+    let topology = NatsTopology::new(&stream)
+        .subjects([format!("{stream}.>")])
+        .confirm_acks(true);
+    delete_streams(&context, &topology).await;
+    delivery::nats::declare(&nats_url(), &topology)
+        .await
+        .unwrap();
+    let mut last = 0;
+    for body in ["{oops", r#"{"amount_cents":5}"#] {
+        last = context
+            .publish(format!("{stream}.a"), body.to_owned().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap()
+            .sequence;
     }
+    let report = consume_through(&client, &topology, last).await;
+    assert_eq!((report.acked, report.dead_lettered), (1, 1), "{report:?}");
+    let dead = NatsDeadLetters::new(client.clone(), &topology);
+    assert_eq!(dead.count().await.unwrap(), 1);
+    delete_streams(&context, &topology).await;
 }

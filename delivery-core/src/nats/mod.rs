@@ -4,7 +4,10 @@
 //!
 //! - **Acknowledgement** is explicit: units are pulled at most `batch` at a time and buffered in
 //!   the source; a unit is acked (`+ACK`) only once its handler resolved `Ok`. A failed unit is
-//!   returned with `-NAK` carrying the runtime's backoff as its delay.
+//!   returned with `-NAK` carrying the runtime's backoff as its delay. Acknowledgements are sent
+//!   without waiting for JetStream's reply (async-nats `ack`, not `double_ack`): a lost one means
+//!   a redelivery after `ack_wait`, which changes nothing under rule 3.
+//!   [`NatsTopology::confirm_acks`] makes `+ACK` and `+TERM` wait for it, at a round trip each.
 //! - **The bound is JetStream's**: the delivery count is the message's own `delivered` metadata
 //!   (1 on the first delivery), and the consumer's `max_deliver`, declared by [`NatsTopology`], is
 //!   reported as [`Source::max_deliveries`](crate::Source::max_deliveries). JetStream itself only

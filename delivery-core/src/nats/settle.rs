@@ -100,16 +100,27 @@ impl NatsHandle {
 }
 
 impl NatsHandle {
-    /// Sends `kind` on the delivery's reply subject.
+    /// Sends `kind` on the delivery's reply subject, not waiting for JetStream's reply.
     async fn send(mut self, kind: AckKind, what: &'static str) -> Result<(), TransportError> {
         let reply = self.reply.take().expect("a handle is settled once");
         self.shared.send(reply, kind, what).await
     }
+
+    /// Sends the final `kind` (`+ACK`, `+TERM`), waiting for JetStream's reply only with
+    /// [`confirm_acks`](super::NatsTopology::confirm_acks).
+    async fn finish(mut self, kind: AckKind, what: &'static str) -> Result<(), TransportError> {
+        let reply = self.reply.take().expect("a handle is settled once");
+        self.shared.settle(reply, kind, what).await
+    }
 }
 
 impl Settle for NatsHandle {
+    /// `+ACK`, sent without waiting for JetStream's reply unless
+    /// [`confirm_acks`](super::NatsTopology::confirm_acks) is set: the effect is committed
+    /// before it either way (rule 1), and an acknowledgement lost on the way means one more
+    /// delivery after `ack_wait`, which changes nothing (rule 3).
     async fn ack(self, _unit: &Unit) -> Result<(), TransportError> {
-        self.send(AckKind::Ack, "acknowledging (+ACK)").await
+        self.finish(AckKind::Ack, "acknowledging (+ACK)").await
     }
 
     /// `+WPI`: JetStream restarts the delivery's `ack_wait`.
@@ -136,9 +147,10 @@ impl Settle for NatsHandle {
     }
 
     /// `+TERM`: JetStream delivers it no more (an ack would do the same, but a terminated unit
-    /// is told apart in the stream's advisories).
+    /// is told apart in the stream's advisories). Its copy is in the dead letter, confirmed; a
+    /// `+TERM` lost on the way means a redelivery whose copy JetStream finds already held.
     async fn finish_dead_lettered(self, _unit: &Unit) -> Result<(), TransportError> {
-        self.send(AckKind::Term, "terminating a dead-lettered unit (+TERM)")
+        self.finish(AckKind::Term, "terminating a dead-lettered unit (+TERM)")
             .await
     }
 }

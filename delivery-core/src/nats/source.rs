@@ -44,9 +44,13 @@ pub(super) struct Shared {
     pub(super) stream: String,
     pub(super) dead_letter_stream: String,
     pub(super) dead_letter_subject: Subject,
+    /// [`NatsTopology::confirm_acks`].
+    pub(super) confirm_acks: bool,
 }
 
 impl Shared {
+    /// Sends `kind` on a delivery's reply subject without waiting for JetStream's reply (as
+    /// async-nats `Message::ack` does): queued on the connection, flushed with its neighbours.
     pub(super) async fn send(
         &self,
         reply: Subject,
@@ -56,6 +60,25 @@ impl Shared {
         self.client
             .publish(reply, kind.into())
             .await
+            .map_err(|e| TransportError::new(what, e))
+    }
+
+    /// A final settlement (`+ACK`, `+TERM`): sent as [`send`](Self::send) does, or, with
+    /// [`confirm_acks`](NatsTopology::confirm_acks), as a request whose reply is JetStream's
+    /// confirmation (async-nats `Message::double_ack`).
+    pub(super) async fn settle(
+        &self,
+        reply: Subject,
+        kind: AckKind,
+        what: &'static str,
+    ) -> Result<(), TransportError> {
+        if !self.confirm_acks {
+            return self.send(reply, kind, what).await;
+        }
+        self.client
+            .request(reply, kind.into())
+            .await
+            .map(drop)
             .map_err(|e| TransportError::new(what, e))
     }
 }
@@ -144,6 +167,7 @@ impl NatsSource {
             stream: topology.stream.clone(),
             dead_letter_stream: topology.dead_letter_stream_name(),
             dead_letter_subject: Subject::from(topology.dead_letter_subject_name()),
+            confirm_acks: topology.confirm_acks,
         });
         if !topology.sweep_every.is_zero() {
             let dead_letters = NatsDeadLetters::new(shared.client.clone(), &topology);

@@ -100,6 +100,21 @@ pub struct NatsTopology {
     /// the operator. Default 30 s.
     #[serde(default = "default_sweep_every", with = "seconds")]
     pub sweep_every: Duration,
+    /// Whether a unit's final settlement — `+ACK` after its handler, `+TERM` once its copy is in
+    /// the dead letter — waits for JetStream's reply (async-nats `double_ack`), instead of being
+    /// sent without waiting (`ack`). Default `false`.
+    ///
+    /// Unconfirmed is the default because the reply adds nothing the rules need: the effect is
+    /// committed before the `+ACK` is sent either way (rule 1), and an acknowledgement lost on the
+    /// way (a dropped connection) only means JetStream delivers the unit again after `ack_wait`,
+    /// which a handler that changes nothing on a second delivery (rule 3) absorbs; a lost `+TERM`
+    /// finds the copy already in the dead letter (deduplicated by its `Nats-Msg-Id`). The copy
+    /// itself is always confirmed by JetStream before the `+TERM`. Waiting costs a round trip
+    /// per unit; turn it on where a redelivery is costly (a handler whose effect on another
+    /// system carries no key) and the round trip is worth fewer of them. `-NAK` and `+WPI` are
+    /// never confirmed: a lost one means a redelivery after `ack_wait` or a unit kept less long.
+    #[serde(default)]
+    pub confirm_acks: bool,
 }
 
 /// A stream's retention policy.
@@ -159,6 +174,7 @@ impl NatsTopology {
             dead_letter_subject: None,
             advisory_stream: None,
             sweep_every: default_sweep_every(),
+            confirm_acks: false,
         }
     }
 
@@ -231,6 +247,21 @@ impl NatsTopology {
     /// Sets how often a source sweeps stranded units into the dead letter (zero: never).
     pub fn sweep_every(mut self, every: Duration) -> Self {
         self.sweep_every = every;
+        self
+    }
+
+    /// Sets whether `+ACK` and `+TERM` wait for JetStream's reply (see
+    /// [`confirm_acks`](Self::confirm_acks); default `false`).
+    ///
+    /// ```
+    /// use delivery_core::nats::NatsTopology;
+    ///
+    /// let topology = NatsTopology::new("ORDERS").confirm_acks(true);
+    /// assert!(topology.confirm_acks);
+    /// assert!(!NatsTopology::new("ORDERS").confirm_acks);
+    /// ```
+    pub fn confirm_acks(mut self, confirm: bool) -> Self {
+        self.confirm_acks = confirm;
         self
     }
 

@@ -136,7 +136,9 @@ impl<St: Store, S> Relayer<St, S> {
         }
     }
 
-    /// The most records claimed by one statement (default 100; at least 1).
+    /// The most records claimed by one statement (default 100; at least 1). The next batch is
+    /// claimed while the window is still busy, so up to a batch of claimed records waits for a
+    /// slot: a slot freed by a receipt is filled at once, not after a claim's round trip.
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n.max(1);
         self

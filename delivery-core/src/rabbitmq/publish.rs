@@ -404,19 +404,20 @@ async fn pump(
     let mut window = Window::default();
     let mut channel = Some(channel);
     loop {
+        // The requests waiting are admitted first and then written together (see `flush`).
         let mut published = 0;
-        while let Some(open) = channel.as_ref()
-            && published < PUBLISH_BATCH
-        {
+        while channel.is_some() && published < PUBLISH_BATCH {
             match requests.try_recv() {
                 Ok(publish) => {
                     window.admit(publish);
-                    flush(open, &mut window, &wakes, &broken).await;
                     published += 1;
                 }
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => channel = None,
             }
+        }
+        if let Some(open) = channel.as_ref() {
+            flush(open, &mut window, &wakes, &broken).await;
         }
         window.poll_ready(&wakes);
         window.settle();
@@ -451,6 +452,11 @@ async fn pump(
 
 /// Publishes what the window let go: admitted with a free key, or freed by a settled publish.
 /// Whether there was any.
+///
+/// All of them are handed to lapin before any write is awaited: a publish takes its delivery tag
+/// and queues its frames on its first poll, so polling each once, in order, keeps the window's
+/// order the broker's, and lapin's I/O loop writes the lot in one go rather than one publish per
+/// wake-up. Their confirms then join the window in that same order.
 async fn flush(
     channel: &Channel,
     window: &mut Window,
@@ -458,6 +464,7 @@ async fn flush(
     broken: &AtomicBool,
 ) -> bool {
     let any = !window.released.is_empty();
+    let mut writing = VecDeque::with_capacity(window.released.len());
     while let Some(publish) = window.released.pop_front() {
         let Publish {
             key,
@@ -475,15 +482,21 @@ async fn flush(
             mandatory: true,
             immediate: false,
         };
-        let published = channel
-            .basic_publish(
-                key.exchange.clone(),
-                key.routing_key.clone(),
-                options,
-                &payload,
-                properties,
-            )
-            .await;
+        let (exchange, routing_key) = (key.exchange.clone(), key.routing_key.clone());
+        let mut write = Box::pin(async move {
+            channel
+                .basic_publish(exchange, routing_key, options, &payload, properties)
+                .await
+        });
+        // The first poll: the tag is taken and the frames are queued now, in this order.
+        let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+        writing.push_back((key, reply, permit, first, write));
+    }
+    for (key, reply, permit, first, write) in writing {
+        let published = match first {
+            Poll::Ready(published) => published,
+            Poll::Pending => write.await,
+        };
         match published {
             Ok(confirm) => window.push(key, confirm, reply, permit, wakes),
             Err(error) => {

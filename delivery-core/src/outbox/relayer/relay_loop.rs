@@ -3,6 +3,7 @@
 //! shutdown signal, the drain deadline), and [`RelayLoop::run`] only starts the work that is due
 //! and selects the next event.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,6 +30,13 @@ pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type Claiming = BoxFuture<(usize, Result<Vec<Record>, sqlx::Error>)>;
 /// A write of marks in progress: the marks, and how it went.
 type Flushing = BoxFuture<(Vec<Finished>, Result<u64, sqlx::Error>)>;
+
+/// The longest a mark waits for others to join its batch. Marks are written one statement per
+/// batch; a batch goes as soon as it holds a claim's worth of marks, when nothing else is in
+/// flight, or at the latest this long after its first mark. Delay costs nothing rule 6 cares
+/// about: a record is marked delivered only after its receipt either way, and a crash before the
+/// write means it is relayed again under its own id.
+const MARK_DELAY: Duration = Duration::from_millis(10);
 
 /// Counters registered once per run, so the hot path only increments.
 struct Counters {
@@ -72,13 +80,22 @@ pub(super) struct RelayLoop<St, S, R> {
     shutdown: Shutdown,
     report: RelayReport,
 
-    /// Claim again once this many slots are free (or when nothing is in flight): claims stay
-    /// batched, and the next batch is on its way before the window runs dry.
+    /// Claim again once no more than this many claimed records wait for the window (and a claim
+    /// of at least this many fits): claims stay batched, and the next batch is on its way before
+    /// the window runs dry.
     refill: usize,
     inflight: FuturesUnordered<BoxFuture<Finished>>,
+    /// Records claimed ahead, waiting for a slot in the window (at most a batch beyond it), with
+    /// the time by which their attempt must start to end within the lease: a slot freed by a
+    /// receipt is filled at once, not after a claim's round trip.
+    claimed: VecDeque<(Instant, Record)>,
     /// Attempts ended, waiting to be written back.
     marks: Vec<Finished>,
+    /// When the marks waiting are written even if their batch is not full.
+    marks_due: Instant,
     claiming: Option<Claiming>,
+    /// When the claim under way (or the last one) was sent.
+    claim_sent: Instant,
     flushing: Option<Flushing>,
     wakeups: Option<Wakeups>,
     listening: bool,
@@ -151,8 +168,11 @@ where
             report: RelayReport::default(),
             refill: batch.min(window).div_ceil(4),
             inflight: FuturesUnordered::new(),
+            claimed: VecDeque::new(),
             marks: Vec::new(),
+            marks_due: now,
             claiming: None,
+            claim_sent: now,
             flushing: None,
             wakeups: None,
             listening: false,
@@ -180,6 +200,7 @@ where
                 self.listening = true;
                 self.wakeups = self.store.wakeups().await;
             }
+            self.start_claimed(now);
             self.claim_if_due(now);
             self.flush_if_due(now);
             self.observe_in_flight();
@@ -242,17 +263,39 @@ where
         );
     }
 
+    /// Starts the attempts of claimed records while the window has room. A record whose lease
+    /// would end before its attempt could time out, and every record once stopping, is given
+    /// back instead (nothing counted against it): no attempt outlives its lease.
+    fn start_claimed(&mut self, now: Instant) {
+        while self.stopping || self.inflight.len() < self.window {
+            let Some((start_by, record)) = self.claimed.pop_front() else {
+                break;
+            };
+            if self.stopping || now > start_by {
+                let attempt = record.attempts().saturating_add(1);
+                let mark = Mark::Release(record.id().clone());
+                self.marks.push(Finished { mark, attempt });
+                continue;
+            }
+            self.inflight
+                .push(start(&self.relay, record, &self.state, &self.attempts));
+        }
+    }
+
     /// Starts a claim when none is under way, the last one did not come back short (or something
-    /// woke the relay since), its retry wait is over, and the window has room for a batch.
+    /// woke the relay since), its retry wait is over, and few claimed records are left waiting
+    /// while a batch's worth fits in the window and the batch ahead of it.
     fn claim_if_due(&mut self, now: Instant) {
-        let room = self.window.saturating_sub(self.inflight.len());
+        let held = self.inflight.len() + self.claimed.len();
+        let room = (self.window + self.batch).saturating_sub(held);
         if !self.stopping
             && self.claiming.is_none()
             && self.eager
             && now >= self.claim_retry_at
-            && (self.inflight.is_empty() || room >= self.refill)
+            && (held == 0 || (self.claimed.len() <= self.refill && room >= self.refill))
         {
             let limit = room.min(self.batch);
+            self.claim_sent = now;
             let (store, owner) = (self.store.clone(), self.owner.clone());
             let (lease, ordered) = (self.lease, self.ordered);
             self.claiming = Some(Box::pin(async move {
@@ -267,10 +310,14 @@ where
         }
     }
 
-    /// Starts writing every mark waiting, in one statement, when no write is under way and its
-    /// retry wait is over.
+    /// Starts writing every mark waiting, in one statement, when no write is under way, its retry
+    /// wait is over and the batch is due (see [`MARK_DELAY`]).
     fn flush_if_due(&mut self, now: Instant) {
-        if self.flushing.is_none() && !self.marks.is_empty() && now >= self.flush_retry_at {
+        if self.flushing.is_none()
+            && !self.marks.is_empty()
+            && now >= self.flush_retry_at
+            && self.marks_due(now)
+        {
             let batch = std::mem::take(&mut self.marks);
             let (store, owner) = (self.store.clone(), self.owner.clone());
             self.flushing = Some(Box::pin(async move {
@@ -281,11 +328,24 @@ where
         }
     }
 
+    /// Whether the marks waiting make a batch: a claim's worth, nothing else in flight to join
+    /// them, stopping, or the first has waited [`MARK_DELAY`].
+    fn marks_due(&self, now: Instant) -> bool {
+        self.marks.len() >= self.refill
+            || self.inflight.is_empty()
+            || self.stopping
+            || now >= self.marks_due
+    }
+
     /// Stopping: whether the run is over — nothing in flight, being claimed or written, and no
     /// mark waiting; or marks waiting that could not be written by the drain deadline, given up
     /// (their records are claimed again after the lease).
     fn is_drained(&mut self, now: Instant) -> bool {
-        if !self.inflight.is_empty() || self.claiming.is_some() || self.flushing.is_some() {
+        if !self.inflight.is_empty()
+            || !self.claimed.is_empty()
+            || self.claiming.is_some()
+            || self.flushing.is_some()
+        {
             return false;
         }
         if self.marks.is_empty() {
@@ -306,7 +366,7 @@ where
     /// When to wake for a retry: a failed write of marks waiting, else a failed claim's wait.
     fn retry_at(&self, now: Instant) -> Option<Instant> {
         if !self.marks.is_empty() && self.flushing.is_none() {
-            Some(self.flush_retry_at)
+            Some(self.flush_retry_at.max(self.marks_due))
         } else if !self.stopping
             && self.eager
             && self.claiming.is_none()
@@ -331,6 +391,9 @@ where
 
     /// An attempt ended: its mark waits to be written.
     fn on_attempt_done(&mut self, done: Finished) {
+        if self.marks.is_empty() {
+            self.marks_due = Instant::now() + MARK_DELAY;
+        }
         self.marks.push(done);
         // Whatever else finished meanwhile joins the same batch of marks.
         while let Some(Some(done)) = self.inflight.next().now_or_never() {
@@ -338,8 +401,8 @@ where
         }
     }
 
-    /// A claim came back: each record's attempt starts. A short batch means nothing more is
-    /// pending now, so the next claim waits for a wake-up or the poll.
+    /// A claim came back: its records wait for the window (`start_claimed`). A short batch means
+    /// nothing more is pending now, so the next claim waits for a wake-up or the poll.
     fn on_claimed(&mut self, limit: usize, records: Vec<Record>) {
         self.claim_retry.succeeded();
         self.health.succeeded(Instant::now());
@@ -347,10 +410,10 @@ where
             self.eager = false;
             self.poll_at = Instant::now() + self.poll_interval;
         }
-        for record in records {
-            self.inflight
-                .push(start(&self.relay, record, &self.state, &self.attempts));
-        }
+        // The lease began after the claim was sent: counted from then, with the attempt timeout.
+        let start_by = self.claim_sent + self.lease.saturating_sub(self.attempts.timeout);
+        self.claimed
+            .extend(records.into_iter().map(|record| (start_by, record)));
     }
 
     #[cold]
