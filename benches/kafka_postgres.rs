@@ -5,7 +5,7 @@
 //!     cargo bench --features kafka,postgres --bench kafka_postgres
 //!
 //! Needs a Kafka-protocol broker on 127.0.0.1:9092 (or `KAFKA_BROKERS`; `scripts/services.sh`
-//! starts tansu). Produces `BENCH_N` orders (default 10000) once, to a fresh topic of 3
+//! starts tansu). Produces `BENCH_N` orders (default 20000) once, to a fresh topic of 3
 //! partitions (the example's), keyed by customer (so a customer's orders share a partition), each
 //! with its unit id as `message-id` and its stamp as `x-delivery-stamp`
 //! (`delivery::kafka::headers_of`). Each run reads the whole topic with a group of its own, after
@@ -155,7 +155,7 @@ async fn hand_written(topic: &str, group: String, pg: &Schema, n: u64) -> Run {
 
 #[tokio::main]
 async fn main() {
-    let n: u64 = env_or("BENCH_N", 10_000);
+    let n: u64 = env_or("BENCH_N", 20_000);
     let rounds: usize = env_or("BENCH_ROUNDS", 3).max(1);
     let concurrency: usize = env_or("BENCH_CONCURRENCY", POOL).max(1);
     let millis = std::time::SystemTime::now()
