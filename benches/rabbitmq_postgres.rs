@@ -20,79 +20,29 @@
 //! rates and their ratio, and the median CPU time the bench process spent per unit (PostgreSQL's
 //! and the broker's not included).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
+use delivery::Consumer;
 use delivery::lapin::options::BasicAckOptions;
 use delivery::lapin::types::AMQPValue;
 use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
-use delivery::{Consumer, Handler, Outcome, Stamp, Unit};
 use futures_util::StreamExt;
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row};
-use tokio::sync::Notify;
 
 mod support;
 use support::{Run, env_or, interleaved, measure, report};
 #[path = "support/rabbitmq.rs"]
 mod rabbitmq;
 use rabbitmq::{ack_modes, fresh, subscribe, url};
-
-#[path = "../examples/support/orders.rs"]
-#[allow(dead_code)]
-mod orders;
+#[path = "support/orders_pg.rs"]
+mod orders_pg;
+use orders_pg::{Counted, OrderPlaced, Schema, apply_by_hand, check, order_unit};
 
 const CONCURRENCY: usize = 32;
 const PREFETCH: u16 = 100;
 
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// The example's handler, counting the units it applied: the last one stops the consumer.
-struct Counted {
-    done: Arc<AtomicU64>,
-    target: u64,
-    finished: Arc<Notify>,
-}
-
-impl Handler<orders::App> for Counted {
-    fn call(
-        &self,
-        unit: &Unit,
-        state: &orders::App,
-    ) -> impl Future<Output = Outcome> + Send + 'static {
-        let run = orders::apply_order.call(unit, state);
-        let (done, target, finished) = (self.done.clone(), self.target, self.finished.clone());
-        async move {
-            let outcome = run.await;
-            if matches!(outcome, Outcome::Applied)
-                && done.fetch_add(1, Ordering::Relaxed) + 1 == target
-            {
-                finished.notify_one();
-            }
-            outcome
-        }
-    }
-}
-
 /// A fresh queue holding `n` orders, and empty effect tables.
-async fn fresh_orders(topology: &RabbitTopology, db: &PgPool, n: u64) {
-    sqlx::raw_sql(
-        "TRUNCATE orders, balances, latest_orders, confirmations, delivery_inbox, delivery_stamps",
-    )
-    .execute(db)
-    .await
-    .unwrap();
+async fn fresh_orders(topology: &RabbitTopology, pg: &Schema, n: u64) {
+    pg.empty().await;
     fresh(topology, n, |i| {
-        let body = format!(
-            r#"{{"order_id":"o-{i}","customer_id":"c-{}","amount_cents":{}}}"#,
-            i % 37,
-            i % 100 + 1
-        );
-        let unit = Unit::new(format!("m-{i}"), body).with_stamp(Stamp(i + 1));
+        let unit = order_unit(i);
         (
             unit.payload().to_vec(),
             delivery::rabbitmq::properties_of(&unit),
@@ -101,25 +51,16 @@ async fn fresh_orders(topology: &RabbitTopology, db: &PgPool, n: u64) {
     .await;
 }
 
-async fn through_transport(topology: &RabbitTopology, db: &PgPool, n: u64, mode: AckMode) -> Run {
-    fresh_orders(topology, db, n).await;
-    let handler = Counted {
-        done: Arc::new(AtomicU64::new(0)),
-        target: n,
-        finished: Arc::new(Notify::new()),
-    };
-    let finished = handler.finished.clone();
+async fn through_transport(topology: &RabbitTopology, pg: &Schema, n: u64, mode: AckMode) -> Run {
+    fresh_orders(topology, pg, n).await;
+    let (handler, finished) = Counted::new(n);
     let source = RabbitSource::connect(url(), topology.clone())
         .await
         .unwrap()
         .ack_mode(mode);
-    let state = orders::App {
-        db: db.clone(),
-        effect_delay: Duration::ZERO,
-    };
     let run = measure(n, async {
         let report = Consumer::new(source)
-            .state(state)
+            .state(orders_pg::app(&pg.db))
             .concurrency(CONCURRENCY)
             .shutdown_on(async move { finished.notified().await })
             .run(handler)
@@ -127,89 +68,13 @@ async fn through_transport(topology: &RabbitTopology, db: &PgPool, n: u64, mode:
         assert_eq!(report.acked, n, "{report:?}");
     })
     .await;
-    check(db, n).await;
+    check(&pg.db, n).await;
     run
 }
 
-#[derive(serde::Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    customer_id: String,
-    amount_cents: i64,
-}
-
-/// The example's transaction, written by hand: the order inserted (nothing if its id exists), and
-/// only then the balance, the stamp guard and the latest order; the inbox and the confirmation.
-async fn apply_by_hand(db: &PgPool, id: &str, stamp: i64, order: &OrderPlaced) -> sqlx::Result<()> {
-    let mut tx = db.begin().await?;
-    let inserted = sqlx::query(
-        "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(&order.order_id)
-    .bind(&order.customer_id)
-    .bind(order.amount_cents)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 1 {
-        sqlx::query(
-            "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
-             ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
-        )
-        .bind(&order.customer_id)
-        .bind(order.amount_cents)
-        .execute(&mut *tx)
-        .await?;
-        let newer = sqlx::query(
-            "INSERT INTO delivery_stamps (scope, key, stamp) VALUES ($1, $2, $3) \
-             ON CONFLICT (scope, key) DO UPDATE SET stamp = EXCLUDED.stamp \
-             WHERE delivery_stamps.stamp < EXCLUDED.stamp \
-             RETURNING 1",
-        )
-        .bind("latest_orders")
-        .bind(&order.customer_id)
-        .bind(stamp)
-        .fetch_optional(&mut *tx)
-        .await?
-        .is_some();
-        if newer {
-            sqlx::query(
-                "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
-                 ON CONFLICT (customer_id) DO UPDATE \
-                 SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
-            )
-            .bind(&order.customer_id)
-            .bind(&order.order_id)
-            .bind(order.amount_cents)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    let first_time = sqlx::query(
-        "INSERT INTO delivery_inbox (consumer, unit_id) VALUES ($1, $2) \
-         ON CONFLICT (consumer, unit_id) DO NOTHING",
-    )
-    .bind("orders.confirmations")
-    .bind(id)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected()
-        == 1;
-    if first_time {
-        sqlx::query(
-            "INSERT INTO confirmations (customer_id, sent) VALUES ($1, 1) \
-             ON CONFLICT (customer_id) DO UPDATE SET sent = confirmations.sent + 1",
-        )
-        .bind(&order.customer_id)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await
-}
-
-async fn hand_written(topology: &RabbitTopology, db: &PgPool, n: u64) -> Run {
-    fresh_orders(topology, db, n).await;
+async fn hand_written(topology: &RabbitTopology, pg: &Schema, n: u64) -> Run {
+    fresh_orders(topology, pg, n).await;
+    let db = &pg.db;
     let (connection, _channel, consumer) = subscribe(topology).await;
     let run = measure(n, async {
         consumer
@@ -238,16 +103,6 @@ async fn hand_written(topology: &RabbitTopology, db: &PgPool, n: u64) -> Run {
     run
 }
 
-/// Every order applied once.
-async fn check(db: &PgPool, n: u64) {
-    let applied: i64 = sqlx::query("SELECT count(*) FROM orders")
-        .fetch_one(db)
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(applied, n as i64);
-}
-
 #[tokio::main]
 async fn main() {
     let n: u64 = env_or("BENCH_N", 20_000);
@@ -256,31 +111,13 @@ async fn main() {
     let topology = RabbitTopology::new(name.replace('_', "-"))
         .delivery_limit(5)
         .prefetch(PREFETCH);
-
-    // The bench's own schema, first on the search path of every connection of the pool.
-    let admin = PgPool::connect(&database_url())
-        .await
-        .expect("PostgreSQL unreachable");
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name};"
-    )))
-    .execute(&admin)
-    .await
-    .unwrap();
-    let base = database_url();
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let db = PgPoolOptions::new()
-        .max_connections(CONCURRENCY as u32)
-        .connect(&format!("{base}{sep}options=-c%20search_path%3D{name}"))
-        .await
-        .unwrap();
-    orders::create_tables(&db).await.unwrap();
+    let pg = Schema::create(&name, CONCURRENCY as u32).await;
 
     for (label, mode) in ack_modes() {
         let (hand, ours) = interleaved(
             rounds,
-            async || hand_written(&topology, &db, n).await,
-            async || through_transport(&topology, &db, n, mode).await,
+            async || hand_written(&topology, &pg, n).await,
+            async || through_transport(&topology, &pg, n, mode).await,
         )
         .await;
         report(
@@ -292,11 +129,6 @@ async fn main() {
         );
     }
 
-    db.close().await;
-    let _ = sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS {name} CASCADE"
-    )))
-    .execute(&admin)
-    .await;
+    pg.remove().await;
     rabbitmq::delete(&topology).await;
 }
