@@ -29,7 +29,6 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use delivery::Consumer;
 use delivery::kafka::client::ClientConfig;
 use delivery::kafka::client::Message as _;
 use delivery::kafka::client::consumer::{CommitMode, Consumer as _, StreamConsumer};
@@ -41,7 +40,7 @@ mod support;
 use support::{Run, env_or, interleaved, measure, report};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
-use orders_pg::{Counted, OrderPlaced, Schema, apply_by_hand, check, customer_of, order_unit};
+use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, customer_of, order_unit};
 
 /// The pool's connections, and the transport's concurrency unless `BENCH_CONCURRENCY` says.
 const POOL: usize = 32;
@@ -101,20 +100,8 @@ async fn through_transport(
         .max_deliveries(5);
     // The group's own retry, dead-letter and attempts topics (not timed).
     topology.declare(&brokers()).await.unwrap();
-    let (handler, finished) = Counted::new(n);
     let source = KafkaSource::connect(&brokers(), topology).unwrap();
-    let run = measure(n, async {
-        let report = Consumer::new(source)
-            .state(orders_pg::app(&pg.db))
-            .concurrency(concurrency)
-            .shutdown_on(async move { finished.notified().await })
-            .run(handler)
-            .await;
-        assert_eq!(report.acked, n, "{report:?}");
-    })
-    .await;
-    check(&pg.db, n).await;
-    run
+    orders_pg::drain(source, pg, n, concurrency).await
 }
 
 async fn hand_written(topic: &str, group: String, pg: &Schema, n: u64) -> Run {

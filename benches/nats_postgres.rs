@@ -22,7 +22,6 @@
 //! and NATS's not included). `BENCH_ONLY=hand` or `BENCH_ONLY=delivery` runs one side.
 
 use async_nats::jetstream::{self, consumer::PullConsumer};
-use delivery::Consumer;
 use delivery::nats::{NatsSource, NatsTopology};
 use futures_util::StreamExt;
 
@@ -30,7 +29,7 @@ mod support;
 use support::{Run, env_or, interleaved, measure, report};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
-use orders_pg::{Counted, OrderPlaced, Schema, apply_by_hand, check, order_unit};
+use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, order_unit};
 
 const CONCURRENCY: usize = 32;
 const BATCH: usize = 64;
@@ -88,22 +87,10 @@ async fn through_transport(
     n: u64,
 ) -> Run {
     fresh_orders(context, topology, pg, n).await;
-    let (handler, finished) = Counted::new(n);
     let source = NatsSource::with_client(client.clone(), topology.clone())
         .await
         .unwrap();
-    let run = measure(n, async {
-        let report = Consumer::new(source)
-            .state(orders_pg::app(&pg.db))
-            .concurrency(CONCURRENCY)
-            .shutdown_on(async move { finished.notified().await })
-            .run(handler)
-            .await;
-        assert_eq!(report.acked, n, "{report:?}");
-    })
-    .await;
-    check(&pg.db, n).await;
-    run
+    orders_pg::drain(source, pg, n, CONCURRENCY).await
 }
 
 async fn hand_written(

@@ -20,7 +20,6 @@
 //! rates and their ratio, and the median CPU time the bench process spent per unit (PostgreSQL's
 //! and the broker's not included).
 
-use delivery::Consumer;
 use delivery::lapin::options::BasicAckOptions;
 use delivery::lapin::types::AMQPValue;
 use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
@@ -33,7 +32,7 @@ mod rabbitmq;
 use rabbitmq::{ack_modes, fresh, subscribe, url};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
-use orders_pg::{Counted, OrderPlaced, Schema, apply_by_hand, check, order_unit};
+use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, order_unit};
 
 const CONCURRENCY: usize = 32;
 const PREFETCH: u16 = 100;
@@ -53,23 +52,11 @@ async fn fresh_orders(topology: &RabbitTopology, pg: &Schema, n: u64) {
 
 async fn through_transport(topology: &RabbitTopology, pg: &Schema, n: u64, mode: AckMode) -> Run {
     fresh_orders(topology, pg, n).await;
-    let (handler, finished) = Counted::new(n);
     let source = RabbitSource::connect(url(), topology.clone())
         .await
         .unwrap()
         .ack_mode(mode);
-    let run = measure(n, async {
-        let report = Consumer::new(source)
-            .state(orders_pg::app(&pg.db))
-            .concurrency(CONCURRENCY)
-            .shutdown_on(async move { finished.notified().await })
-            .run(handler)
-            .await;
-        assert_eq!(report.acked, n, "{report:?}");
-    })
-    .await;
-    check(&pg.db, n).await;
-    run
+    orders_pg::drain(source, pg, n, CONCURRENCY).await
 }
 
 async fn hand_written(topology: &RabbitTopology, pg: &Schema, n: u64) -> Run {

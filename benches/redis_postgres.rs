@@ -24,7 +24,6 @@
 
 use std::time::Duration;
 
-use delivery::Consumer;
 use delivery::redis::{FIELD_ID, FIELD_PAYLOAD, RedisSource, RedisTopology};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -35,7 +34,7 @@ mod support;
 use support::{Run, env_or, interleaved, measure, report};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
-use orders_pg::{Counted, OrderPlaced, Schema, apply_by_hand, check, order_unit};
+use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, order_unit};
 
 const CONCURRENCY: usize = 32;
 const BATCH: usize = 32;
@@ -94,20 +93,8 @@ async fn fresh_orders(topology: &RedisTopology, pg: &Schema, n: u64) {
 
 async fn through_transport(topology: &RedisTopology, pg: &Schema, n: u64) -> Run {
     fresh_orders(topology, pg, n).await;
-    let (handler, finished) = Counted::new(n);
     let source = RedisSource::connect(url(), topology.clone()).await.unwrap();
-    let run = measure(n, async {
-        let report = Consumer::new(source)
-            .state(orders_pg::app(&pg.db))
-            .concurrency(CONCURRENCY)
-            .shutdown_on(async move { finished.notified().await })
-            .run(handler)
-            .await;
-        assert_eq!(report.acked, n, "{report:?}");
-    })
-    .await;
-    check(&pg.db, n).await;
-    run
+    orders_pg::drain(source, pg, n, CONCURRENCY).await
 }
 
 /// One entry of an `XREADGROUP` reply: its entry id, unit id, stamp and payload.

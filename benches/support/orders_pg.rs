@@ -77,6 +77,30 @@ impl Handler<orders::App> for Counted {
     }
 }
 
+/// `source` drained of its `n` orders by a `Consumer` at `concurrency` running the example's
+/// handler ([`Counted`]), measured from the consumer's start to the last unit settled; then every
+/// order checked applied once.
+pub async fn drain<Src: delivery::Source>(
+    source: Src,
+    pg: &Schema,
+    n: u64,
+    concurrency: usize,
+) -> crate::support::Run {
+    let (handler, finished) = Counted::new(n);
+    let run = crate::support::measure(n, async {
+        let report = delivery::Consumer::new(source)
+            .state(app(&pg.db))
+            .concurrency(concurrency)
+            .shutdown_on(async move { finished.notified().await })
+            .run(handler)
+            .await;
+        assert_eq!(report.acked, n, "{report:?}");
+    })
+    .await;
+    check(&pg.db, n).await;
+    run
+}
+
 /// The example's state over `db`, with no pause after the effect.
 pub fn app(db: &PgPool) -> orders::App {
     orders::App {
