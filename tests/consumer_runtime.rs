@@ -114,6 +114,20 @@ async fn run_until_idle(broker: &MemoryBroker, queue: &str, app: &App) -> Report
         .await
 }
 
+/// With the handler let through, the unit held by a consumer that died is applied once, on its
+/// second delivery.
+async fn applied_on_redelivery(broker: &MemoryBroker, app: &App) {
+    app.gate.closed.store(false, Ordering::SeqCst);
+    let report = run_until_idle(broker, "payments", app).await;
+    assert_eq!(report.acked, 1);
+    assert_eq!(app.rows()["p1"], 10);
+    assert_eq!(
+        app.calls(),
+        vec![("p1".into(), 1), ("p1".into(), 2)],
+        "redelivered with the broker's count"
+    );
+}
+
 #[tokio::test]
 async fn acknowledges_only_after_the_effect() {
     let broker = MemoryBroker::new();
@@ -153,15 +167,26 @@ async fn a_consumer_that_dies_mid_handler_loses_nothing() {
     assert!(app.rows().is_empty());
     assert_eq!(broker.depth("payments"), 1, "the unit is back in the queue");
 
-    app.gate.closed.store(false, Ordering::SeqCst);
-    let report = run_until_idle(&broker, "payments", &app).await;
-    assert_eq!(report.acked, 1);
-    assert_eq!(app.rows()["p1"], 10);
-    assert_eq!(
-        app.calls(),
-        vec![("p1".into(), 1), ("p1".into(), 2)],
-        "redelivered with the broker's count"
-    );
+    applied_on_redelivery(&broker, &app).await;
+}
+
+/// On a multi-threaded runtime the loop runs as a task of its own on a worker: dropping the
+/// future that awaits it still stops it and gives back the unit its handler was running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_run_on_a_multi_threaded_runtime_gives_the_unit_back() {
+    let broker = MemoryBroker::new();
+    let app = App::default();
+    app.gate.closed.store(true, Ordering::SeqCst);
+    broker.publish("payments", payment("p1", 10));
+    let mut run = Box::pin(run_until_idle(&broker, "payments", &app));
+    tokio::select! {
+        _ = &mut run => panic!("the run ended while its handler was held"),
+        () = app.gate.entered.notified() => {}
+    }
+    drop(run);
+    assert!(app.rows().is_empty());
+
+    applied_on_redelivery(&broker, &app).await;
 }
 
 #[tokio::test(start_paused = true)]

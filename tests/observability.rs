@@ -36,11 +36,8 @@ impl Write for Captured {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn dispositions_are_logged_once_and_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let _metrics = metrics::set_default_local_recorder(&recorder);
+/// Debug logs into a buffer, through a subscriber set as this thread's default.
+fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
     let logs = Captured::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
@@ -50,7 +47,15 @@ async fn dispositions_are_logged_once_and_counted() {
             move || logs.clone()
         })
         .finish();
-    let _tracing = tracing::subscriber::set_default(subscriber);
+    (logs, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn dispositions_are_logged_once_and_counted() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let _metrics = metrics::set_default_local_recorder(&recorder);
+    let (logs, _tracing) = capture_logs();
 
     let broker = MemoryBroker::new();
     broker
@@ -148,4 +153,28 @@ async fn dispositions_are_logged_once_and_counted() {
         DebugValue::Gauge(depth) => assert_eq!(depth.into_inner(), 2.0),
         other => panic!("{other:?}"),
     }
+}
+
+/// On a multi-threaded runtime the consumer's loop runs on a worker thread; a subscriber set as
+/// the calling thread's default still sees its dispositions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_thread_default_subscriber_sees_the_dispositions_on_a_worker() {
+    let (logs, _tracing) = capture_logs();
+
+    let broker = MemoryBroker::new();
+    for n in 0..8 {
+        broker.publish("jobs", Unit::new(format!("ok-{n}"), r#"{"fail":false}"#));
+    }
+    let report = Consumer::new(broker.consume("jobs"))
+        .concurrency(4)
+        .shutdown_on(broker.idle("jobs"))
+        .run(run_job)
+        .await;
+    assert_eq!(report.acked, 8);
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let acked = logs
+        .lines()
+        .filter(|l| l.contains(r#"disposition="ack""#))
+        .count();
+    assert_eq!(acked, 8, "{logs}");
 }

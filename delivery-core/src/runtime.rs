@@ -49,6 +49,42 @@ impl Stop {
     }
 }
 
+/// Runs `run` as a task of its own when the runtime has worker threads, and in place otherwise.
+///
+/// A consumer's loop polls every handler in flight, and the clients it drives (lapin's reader,
+/// sqlx's connections) run as tasks on the workers. Awaited from `#[tokio::main]`'s own thread,
+/// the loop would be woken across threads for every unit; on a worker it runs where the tasks
+/// that wake it run. The task carries the caller's span and `tracing` subscriber (a subscriber
+/// set as the thread's default included); it is aborted when the returned future is dropped, so
+/// the units it holds are given back as when the loop is dropped in place; its panic is resumed
+/// in the caller.
+pub(crate) async fn on_a_worker<F>(run: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    use tracing::Instrument;
+    use tracing::instrument::WithSubscriber;
+
+    let multi_thread = Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if !multi_thread {
+        return run.await;
+    }
+    let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+        run.in_current_span().with_current_subscriber(),
+    ));
+    match task.await {
+        Ok(output) => output,
+        Err(ended) => match ended.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Only its handle aborts the task, and the handle is this future's.
+            Err(ended) => unreachable!("the consumer's task was cancelled: {ended}"),
+        },
+    }
+}
+
 /// Runs user code: a panic in it becomes the [failed outcome](Outcome::panicked) of its run.
 #[inline(always)]
 pub(crate) fn guard<T>(user_code: impl FnOnce() -> T) -> Result<T, Outcome> {

@@ -303,11 +303,18 @@ impl<Src: Source, S> Consumer<Src, S> {
     /// tried again after a wait growing with each failure in a row (from 100 ms, doubling, to 6.4 s,
     /// jittered per process so replicas do not reconnect in lock-step); the shutdown
     /// signal is watched meanwhile.
+    ///
+    /// On a multi-threaded runtime the loop runs as a task of its own on a worker thread, beside
+    /// the client tasks that wake it, rather than on the thread that awaits `run` (the one
+    /// `#[tokio::main]` blocks on, say). It keeps the caller's span and `tracing` subscriber;
+    /// dropping the future stops it and gives back what it holds, as on a current-thread
+    /// runtime, where the loop runs in place. (A `metrics` recorder set only as the calling
+    /// thread's local default is not carried over: install it globally.)
     pub async fn run<H>(self, handler: H) -> Report
     where
         H: Handler<S>,
         S: Send + Sync + 'static,
     {
-        run::run(self, handler).await
+        crate::runtime::on_a_worker(run::run(self, handler)).await
     }
 }
