@@ -29,7 +29,7 @@ mod support;
 use support::median;
 #[path = "support/raw_publisher.rs"]
 mod raw_publisher;
-use raw_publisher::{confirm_channel, raw_pipelined};
+use raw_publisher::{Properties, confirm_channel, raw_pipelined};
 
 const EXCHANGE: &str = "relay.bench";
 const QUEUE: &str = "relay.bench.audit";
@@ -288,7 +288,15 @@ async fn main() {
         purge(&admin).await;
         let started = Instant::now();
         let messages = (0..n).map(|i| (format!("order-{i}-placed"), payload(i)));
-        raw_pipelined(&raw_channel, window(), EXCHANGE, "order.placed", messages).await;
+        raw_pipelined(
+            &raw_channel,
+            window(),
+            EXCHANGE,
+            "order.placed",
+            Properties::Bare,
+            messages,
+        )
+        .await;
         let raw_rate = n as f64 / started.elapsed().as_secs_f64();
 
         fresh_outbox(&store, &outbox, naive_n).await;
