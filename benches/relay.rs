@@ -28,6 +28,7 @@ use sqlx::{AssertSqlSafe, Row};
 mod support;
 use support::median;
 #[path = "support/raw_publisher.rs"]
+#[allow(dead_code)] // `Properties::LikeTheSink` is `relay_example`'s
 mod raw_publisher;
 use raw_publisher::{Properties, confirm_channel, raw_pipelined};
 
