@@ -128,6 +128,9 @@ impl Messaging {
 /// The `delivery.unit` span of one unit about to be run, its parent the trace context the unit
 /// carries (feature `opentelemetry`).
 pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Span {
+    if !tracing::dispatcher::has_been_set() {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         "delivery.unit",
         otel.name = messaging.span_name.as_str(),
@@ -140,7 +143,7 @@ pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Span {
         messaging.delivery_count = unit.delivery_count().get(),
     );
     otel::continue_from(&span, unit.headers());
-    span
+    or_none(span)
 }
 
 /// The `delivery.unit` span of a verified request to the `#[webhook]` route `webhook`, its parent
@@ -154,6 +157,9 @@ pub(crate) fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
 /// context recorded with the record (feature `opentelemetry`).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: u32) -> Span {
+    if !tracing::dispatcher::has_been_set() {
+        return Span::none();
+    }
     // `send {topic}`, or `send` for the default exchange (`""`), as the conventions name it.
     let name = format!("send {}", record.topic());
     let span = tracing::info_span!(
@@ -168,7 +174,21 @@ pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: 
         delivery.outbox = outbox,
     );
     otel::continue_from(&span, record.headers());
-    span
+    or_none(span)
+}
+
+/// `span`, or [`Span::none`] when no subscriber takes it (as the spans above are when no
+/// subscriber was ever set). A disabled span still carries its metadata, and where `tracing`'s
+/// `log` feature is on (a dependency turns it on) making, entering, leaving and dropping it go
+/// through `log`'s checks: with no subscriber that was the largest part of the runtime's own
+/// cost per unit (`benches/runtime.rs`).
+#[inline]
+fn or_none(span: Span) -> Span {
+    if span.is_disabled() {
+        Span::none()
+    } else {
+        span
+    }
 }
 
 /// What a sink of `system` sends with `record`: the record's headers, with the trace context
