@@ -126,10 +126,10 @@ impl Messaging {
 }
 
 /// The `delivery.unit` span of one unit about to be run, its parent the trace context the unit
-/// carries (feature `opentelemetry`).
-pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Span {
+/// carries (feature `opentelemetry`); `None` when no subscriber takes it.
+pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Option<Span> {
     if !tracing::dispatcher::has_been_set() {
-        return Span::none();
+        return None;
     }
     let span = tracing::info_span!(
         "delivery.unit",
@@ -143,14 +143,14 @@ pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Span {
         messaging.delivery_count = unit.delivery_count().get(),
     );
     otel::continue_from(&span, unit.headers());
-    or_none(span)
+    (!span.is_disabled()).then_some(span)
 }
 
 /// The `delivery.unit` span of a verified request to the `#[webhook]` route `webhook`, its parent
 /// the sender's `traceparent` (feature `opentelemetry`).
 #[cfg(feature = "axum")]
 pub(crate) fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
-    unit_span(&Messaging::new("webhook", webhook), unit)
+    unit_span(&Messaging::new("webhook", webhook), unit).unwrap_or_else(Span::none)
 }
 
 /// The `delivery.relay` span of one attempt at `record` from `outbox`, its parent the trace
@@ -188,6 +188,21 @@ fn or_none(span: Span) -> Span {
         Span::none()
     } else {
         span
+    }
+}
+
+/// `future`, entered in `span` while it is polled, or `future` as it is without one: a unit
+/// nobody traces pays no span enter, exit and drop on each poll.
+#[inline]
+pub(crate) fn within<F: std::future::Future>(
+    future: F,
+    span: Option<Span>,
+) -> futures_util::future::Either<tracing::instrument::Instrumented<F>, F> {
+    use futures_util::future::Either;
+    use tracing::Instrument;
+    match span {
+        Some(span) => Either::Left(future.instrument(span)),
+        None => Either::Right(future),
     }
 }
 

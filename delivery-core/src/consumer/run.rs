@@ -16,7 +16,6 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::order::{self, Admitted, Lanes, WhenReturned};
 use super::settle::{self, Counters, Holds, Settled};
@@ -196,14 +195,14 @@ async fn one_at_a_time<Src, S, H>(
                     env.holds
                 )
             };
-            count(report, settled.instrument(span).await);
+            count(report, trace::within(settled, span).await);
             continue;
         }
 
         let mut stopping = false;
         let make = || env.handler.call(&unit, env.state);
         let mut call = pin!(place_for(&make));
-        let mut run = Guarded::new(make, call.as_mut()).instrument(span.clone());
+        let mut run = trace::within(Guarded::new(make, call.as_mut()), span.clone());
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
             Poll::Pending => {
@@ -220,7 +219,7 @@ async fn one_at_a_time<Src, S, H>(
                     Some(outcome) => outcome,
                     None => {
                         let settled = abandoned(handle, &unit, env.counters);
-                        count(report, settled.instrument(span).await);
+                        count(report, trace::within(settled, span).await);
                         break 'units;
                     }
                 }
@@ -238,7 +237,7 @@ async fn one_at_a_time<Src, S, H>(
                 env.holds
             )
         };
-        count(report, settled.instrument(span).await);
+        count(report, trace::within(settled, span).await);
         if stopping {
             break;
         }
@@ -645,7 +644,7 @@ where
     L: Settle,
 {
     let span = trace::unit_span(env.messaging, &unit);
-    async move {
+    let run = async move {
         let flight = env.counters.observe.received();
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
@@ -701,6 +700,6 @@ where
             key,
             returned,
         }
-    }
-    .instrument(span)
+    };
+    trace::within(run, span)
 }
