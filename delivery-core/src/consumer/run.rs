@@ -165,7 +165,7 @@ async fn one_at_a_time<Src, S, H>(
         let (unit, mut handle) = {
             let received = {
                 let receive = pin!(source.receive());
-                match UnlessShutdown(receive, shutdown).await {
+                match UnlessShutdown(receive, shutdown, &mut pace.waited).await {
                     Some(received) => received,
                     None => break,
                 }
@@ -182,7 +182,7 @@ async fn one_at_a_time<Src, S, H>(
         pace.receive.succeeded();
         // The unit's span, entered while its run and its settle are polled.
         let span = trace::unit_span(env.messaging, &unit);
-        let flight = env.counters.observe.received();
+        let flight = env.counters.observe.received(pace.stamp_arrival());
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             let settled = async {
@@ -206,6 +206,7 @@ async fn one_at_a_time<Src, S, H>(
         let outcome = match PollOnce(Pin::new(&mut run)).await {
             Poll::Ready(outcome) => outcome,
             Poll::Pending => {
+                pace.waited = true;
                 // Waiting: the shutdown signal starts the drain deadline, past which the unit is
                 // returned unfinished.
                 let drain_deadline = env.drain_deadline;
@@ -298,15 +299,17 @@ async fn several_at_once<Src, S, H>(
                 // time does; otherwise units in flight finishing come first.
                 let received = if inflight.is_empty() && expiry.is_none() {
                     let receive = pin!(source.receive());
-                    match UnlessShutdown(receive, shutdown).await {
+                    match UnlessShutdown(receive, shutdown, &mut pace.waited).await {
                         Some(received) => received,
                         None => break,
                     }
                 } else {
+                    // Units in flight wait: time passes here.
+                    pace.waited = true;
                     tokio::select! {
                         biased;
                         Some(done) = inflight.next() => {
-                            ready.extend(hand_over(report, &mut lanes, done));
+                            hand_over(report, &mut lanes, done, &mut ready);
                             continue;
                         }
                         received = source.receive(), if inflight.len() + waiting < concurrency => received,
@@ -335,7 +338,15 @@ async fn several_at_once<Src, S, H>(
                 }
             }
         };
-        slot.set(Some(process(unit, handle, env, &abandon, key)));
+        let stamp_health = pace.stamp_arrival();
+        slot.set(Some(process(
+            unit,
+            handle,
+            env,
+            &abandon,
+            key,
+            stamp_health,
+        )));
         let run = slot
             .as_mut()
             .as_pin_mut()
@@ -343,7 +354,7 @@ async fn several_at_once<Src, S, H>(
         match PollOnce(run).await {
             Poll::Ready(done) => {
                 slot.set(None);
-                ready.extend(hand_over(report, &mut lanes, done));
+                hand_over(report, &mut lanes, done, &mut ready);
             }
             Poll::Pending => {
                 inflight.push(InFlight(std::mem::replace(&mut slot, Box::pin(None))));
@@ -470,10 +481,14 @@ impl<F: Future> Future for InFlight<F> {
 }
 
 /// Both loops' pace between units: the shutdown signal is looked at once every
-/// [`SHUTDOWN_CHECK_EVERY`] units (and watched whenever the loop waits), and a failed receive is
-/// followed by a wait growing with the failures in a row.
+/// [`SHUTDOWN_CHECK_EVERY`] units (and watched whenever the loop waits), a failed receive is
+/// followed by a wait growing with the failures in a row, and a unit's arrival goes into the
+/// consumer's health after any wait (a clock read per unit is a sixth of the in-memory broker's
+/// cost of a unit).
 struct Pace {
     since_shutdown_check: u32,
+    /// The loop waited (a receive, a handler, a retry) since the last arrival it stamped.
+    waited: bool,
     receive: Retry,
     /// After a failed receive, the wait before the next one. (Waited at the top of the loop, so
     /// that no received value is held across it: the loop's state stays small. Awaited by the
@@ -488,9 +503,20 @@ impl Pace {
             // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal
             // arriving before that would kill the process instead of stopping it.
             since_shutdown_check: SHUTDOWN_CHECK_EVERY - 1,
+            waited: true,
             receive: Retry::reconnect(),
             retry_in: None,
         }
+    }
+
+    /// Whether this unit's arrival goes into the health ([`ConsumerObserver::received`]): the
+    /// first after any wait, and otherwise one in every [`SHUTDOWN_CHECK_EVERY`] — units that
+    /// arrive and complete without waiting come microseconds apart, so the health's
+    /// "last receive" is never staler than a few of them. (Time, paused or not, only moves while
+    /// the loop waits.)
+    #[inline(always)]
+    fn stamp_arrival(&mut self) -> bool {
+        std::mem::take(&mut self.waited) || self.since_shutdown_check == 0
     }
 
     /// Whether the shutdown signal came, looked at once every [`SHUTDOWN_CHECK_EVERY`] calls.
@@ -519,6 +545,8 @@ impl Pace {
         tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
             "receiving failed");
         self.retry_in = Some(wait);
+        // The next success recovers the health.
+        self.waited = true;
     }
 }
 
@@ -545,8 +573,8 @@ impl<F: Future> Future for PollOnce<'_, F> {
 }
 
 /// A future (`receive`), unless the shutdown signal comes first: `None` then. The future is polled
-/// first, so the signal is only looked at while it waits.
-struct UnlessShutdown<'a, F>(Pin<&'a mut F>, &'a mut Shutdown);
+/// first, so the signal is only looked at while it waits; the third field is set if it waited.
+struct UnlessShutdown<'a, F>(Pin<&'a mut F>, &'a mut Shutdown, &'a mut bool);
 
 impl<F: Future> Future for UnlessShutdown<'_, F> {
     type Output = Option<F::Output>;
@@ -556,6 +584,7 @@ impl<F: Future> Future for UnlessShutdown<'_, F> {
         if let Poll::Ready(output) = self.0.as_mut().poll(cx) {
             return Poll::Ready(Some(output));
         }
+        *self.2 = true;
         self.1.as_mut().poll(cx).map(|()| None)
     }
 }
@@ -591,17 +620,20 @@ impl Done {
     }
 }
 
-/// Counts a unit's run and gives its key's lane the unit to run next, if one is ready.
+/// Counts a unit's run and queues in `ready` the unit its key's lane runs next, if one is.
+/// (Pushed only when there is one: `extend` with the `Option` moves a unit-sized value per unit.)
 #[inline]
 fn hand_over<L>(
     report: &mut Report,
     lanes: &mut Option<Lanes<L>>,
     done: Done,
-) -> Option<Admitted<L>> {
+    ready: &mut VecDeque<Admitted<L>>,
+) {
     count(report, done.settled);
-    match (lanes, done.key) {
-        (Some(lanes), Some(key)) => lanes.settled(key, done.returned),
-        _ => None,
+    if let (Some(lanes), Some(key)) = (lanes, done.key)
+        && let Some(next) = lanes.settled(key, done.returned)
+    {
+        ready.push_back(next);
     }
 }
 
@@ -637,6 +669,7 @@ fn process<'a, S, H, L>(
     env: &'a Env<'_, S, H>,
     abandon: &'a CancellationToken,
     key: Option<Bytes>,
+    stamp_health: bool,
 ) -> impl Future<Output = Done> + 'a
 where
     S: Sync,
@@ -645,7 +678,7 @@ where
 {
     let span = trace::unit_span(env.messaging, &unit);
     let run = async move {
-        let flight = env.counters.observe.received();
+        let flight = env.counters.observe.received(stamp_health);
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
             let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
             let settled = settle::apply!(

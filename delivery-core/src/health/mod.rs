@@ -7,7 +7,7 @@
 //! | field | consumer | relay |
 //! |---|---|---|
 //! | `connected` | the last receive succeeded, or the receive after a failure has waited [`RECONNECT_GRACE`] without failing | the last claim succeeded |
-//! | `last_receive_age_seconds` | since a unit last arrived | since the last claim came back |
+//! | `last_receive_age_seconds` | since a unit last arrived (units that arrive and complete without the consumer waiting are stamped one in 32: they come microseconds apart) | since the last claim came back |
 //! | `in_flight` | units received and not yet settled | records being relayed |
 //! | `dead_lettered` | units this run moved to the dead letter | records this run marked dead |
 //! | `dead_letter_depth` | units in the dead letter, once [watched](Health::watch_dead_letters) | dead records in the table, as last read |
