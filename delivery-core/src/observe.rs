@@ -14,7 +14,7 @@
 //! | `delivery_returned_total` | counter | `source` | units returned for redelivery |
 //! | `delivery_dead_lettered_total` | counter | `source`, `reason` | units moved to the dead letter (`malformed`, `rejected`, `exhausted`) |
 //! | `delivery_settle_failed_total` | counter | `source` | dispositions the transport could not carry out |
-//! | `delivery_handler_duration_seconds` | histogram | `source` | how long a handler ran, from the unit's receipt to its outcome |
+//! | `delivery_handler_duration_seconds` | histogram | `source` | how long a handler ran, from the unit's receipt to its outcome, in real time (tokio's paused test clock does not move it) |
 //! | `delivery_in_flight` | gauge | `source` | units received and not yet settled |
 //! | `delivery_dead_letter_depth` | gauge | `dead_letter` | units waiting in a dead letter, as last read |
 //! | `delivery_retry_waiting` | gauge | `source` | Kafka: units waiting out their backoff in the retry topic |
