@@ -143,7 +143,7 @@ pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Option<Span> {
         messaging.delivery_count = unit.delivery_count().get(),
     );
     otel::continue_from(&span, unit.headers());
-    (!span.is_disabled()).then_some(span)
+    taken(span)
 }
 
 /// The `delivery.unit` span of a verified request to the `#[webhook]` route `webhook`, its parent
@@ -174,21 +174,17 @@ pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: 
         delivery.outbox = outbox,
     );
     otel::continue_from(&span, record.headers());
-    or_none(span)
+    taken(span).unwrap_or_else(Span::none)
 }
 
-/// `span`, or [`Span::none`] when no subscriber takes it (as the spans above are when no
-/// subscriber was ever set). A disabled span still carries its metadata, and where `tracing`'s
+/// `span`, or `None` when no subscriber takes it (as the spans above are when no subscriber was
+/// ever set). A disabled span still carries its metadata, and where `tracing`'s
 /// `log` feature is on (a dependency turns it on) making, entering, leaving and dropping it go
 /// through `log`'s checks: with no subscriber that was the largest part of the runtime's own
 /// cost per unit (`benches/runtime.rs`).
 #[inline]
-fn or_none(span: Span) -> Span {
-    if span.is_disabled() {
-        Span::none()
-    } else {
-        span
-    }
+fn taken(span: Span) -> Option<Span> {
+    (!span.is_disabled()).then_some(span)
 }
 
 /// `future`, entered in `span` while it is polled, or `future` as it is without one: a unit
