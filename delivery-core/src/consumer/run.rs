@@ -184,17 +184,7 @@ async fn one_at_a_time<Src, S, H>(
         let span = trace::unit_span(env.messaging, &unit);
         let flight = env.counters.observe.received(pace.stamp_arrival());
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
-            let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
-            let settled = async {
-                settle::apply!(
-                    handle,
-                    &unit,
-                    &outcome,
-                    &disposition,
-                    env.counters,
-                    env.holds
-                )
-            };
+            let settled = Box::pin(past_the_bound(handle, &unit, env));
             count(report, trace::within(settled, span).await);
             continue;
         }
@@ -219,7 +209,7 @@ async fn one_at_a_time<Src, S, H>(
                 match waited {
                     Some(outcome) => outcome,
                     None => {
-                        let settled = abandoned(handle, &unit, env.counters);
+                        let settled = Box::pin(abandoned(handle, &unit, env.counters));
                         count(report, trace::within(settled, span).await);
                         break 'units;
                     }
@@ -680,15 +670,7 @@ where
     let run = async move {
         let flight = env.counters.observe.received(stamp_health);
         if unit.delivery_count().get() > env.policy.max_deliveries.get() {
-            let (outcome, disposition) = settle::past_the_bound(&unit, env.policy);
-            let settled = settle::apply!(
-                handle,
-                &unit,
-                &outcome,
-                &disposition,
-                env.counters,
-                env.holds
-            );
+            let settled = Box::pin(past_the_bound(handle, &unit, env)).await;
             return Done::new(settled, key);
         }
         let make = || env.handler.call(&unit, env.state);
@@ -708,7 +690,10 @@ where
                 .await;
                 match waited {
                     Some(outcome) => outcome,
-                    None => return Done::new(abandoned(handle, &unit, env.counters).await, key),
+                    None => {
+                        let settled = Box::pin(abandoned(handle, &unit, env.counters)).await;
+                        return Done::new(settled, key);
+                    }
                 }
             }
         };
@@ -735,4 +720,19 @@ where
         }
     };
     trace::within(run, span)
+}
+
+/// A unit delivered more often than the bound allows, never run: to the dead letter (rule 2).
+/// Called boxed, as every rare path of a unit is: a unit's future is moved once into its slot and
+/// dropped once, so every byte a rare path adds to it is paid by every unit.
+async fn past_the_bound<S, H, L: Settle>(handle: L, unit: &Unit, env: &Env<'_, S, H>) -> Settled {
+    let (outcome, disposition) = settle::past_the_bound(unit, env.policy);
+    settle::apply!(
+        handle,
+        unit,
+        &outcome,
+        &disposition,
+        env.counters,
+        env.holds
+    )
 }
