@@ -419,21 +419,38 @@ async fn redrive<D: DeadLetters>(
         };
         return tally.summary("redriven", name, out);
     }
+    // A redrive sends back every copy of each id it names: look first, to say how many.
+    let held = scan(dead, &Filter::everything()).await?;
     let (ids, question) = match args.reason {
         Some(reason) => {
-            let records = scan(dead, &Filter::of_reason(reason)).await?;
-            let ids = distinct(records.iter().map(|r| r.id().clone()));
+            let filter = Filter::of_reason(reason);
+            let ids = distinct(
+                held.iter()
+                    .filter(|r| filter.matches(r))
+                    .map(|r| r.id().clone()),
+            );
+            let (total, of_reason) = copies_of(&held, &ids, |r| filter.matches(r));
             let reason = render::reason(reason.0);
+            let others = match total - of_reason {
+                0 => String::new(),
+                n => format!(", {n} of them dead-lettered for another reason"),
+            };
             let question = format!(
-                "Redrive the {} dead-lettered as {reason} ({} ids) from {name}?",
-                units(records.len() as u64),
-                ids.len()
+                "Redrive the {} ids dead-lettered as {reason} from {name}: {} in all, every \
+                 copy of each id{others}?",
+                ids.len(),
+                copies(total)
             );
             (ids, question)
         }
         None => {
             let ids = unit_ids(args.ids);
-            let question = format!("Redrive {} ids from {name}?", ids.len());
+            let (total, _) = copies_of(&held, &ids, |_| true);
+            let question = format!(
+                "Redrive {} from {name}: {}, every copy of each id?",
+                ids_text(ids.len()),
+                copies(total)
+            );
             (ids, question)
         }
     };
@@ -441,7 +458,8 @@ async fn redrive<D: DeadLetters>(
         writeln!(out, "nothing to redrive: no unit in {name} matches")?;
         return Ok(Outcome::NothingMatched);
     }
-    if ids.len() > 1 || args.reason.is_some() {
+    let (total, _) = copies_of(&held, &ids, |_| true);
+    if ids.len() > 1 || total > 1 || args.reason.is_some() {
         ui.confirm(args.yes, &question)?;
     }
     let bar = ui.bar(ids.len() as u64, "redriving");
@@ -492,13 +510,25 @@ async fn redrive_edited<D: DeadLetters>(
             "the payload is unchanged: nothing was redriven (`redrive {id}` sends it back as it is)"
         );
     }
+    // Every copy of the id goes back with the edited payload: say how many.
+    let held = scan(dead, &Filter::everything()).await?;
+    let (total, _) = copies_of(&held, std::slice::from_ref(&id), |_| true);
+    let (original_is, which) = if total > 1 {
+        (
+            "original payload (oldest copy)",
+            format!("all {}", copies(total)),
+        )
+    } else {
+        ("original payload", "it".to_owned())
+    };
     ui.confirm(
         args.yes,
         &format!(
-            "{id} in {name}:\n  original payload: {}\n  edited payload:   {}\n\
-             Redrive it with the edited payload?",
+            "{id} in {name}: {}\n  {original_is}: {}\n  edited payload:   {}\n\
+             Redrive {which} with the edited payload?",
+            copies(total.max(1)),
             render::payload_summary(original),
-            render::payload_summary(&payload)
+            render::payload_summary(&payload),
         ),
     )?;
     let redriven = dead
@@ -666,6 +696,30 @@ fn unit_ids(ids: Vec<String>) -> Vec<UnitId> {
 fn distinct(ids: impl Iterator<Item = UnitId>) -> Vec<UnitId> {
     let mut seen = HashSet::new();
     ids.filter(|id| seen.insert(id.clone())).collect()
+}
+
+/// How many of `held` have one of `ids`: all of them, and those `selected` picks.
+fn copies_of(
+    held: &[DeadLetter],
+    ids: &[UnitId],
+    selected: impl Fn(&DeadLetter) -> bool,
+) -> (u64, u64) {
+    let ids: HashSet<&UnitId> = ids.iter().collect();
+    held.iter()
+        .filter(|r| ids.contains(r.id()))
+        .fold((0, 0), |(all, picked), r| {
+            (all + 1, picked + u64::from(selected(r)))
+        })
+}
+
+/// `1 copy`, `2 copies`.
+fn copies(n: u64) -> String {
+    format!("{n} cop{}", if n == 1 { "y" } else { "ies" })
+}
+
+/// `1 id`, `2 ids`.
+fn ids_text(n: usize) -> String {
+    format!("{n} id{}", if n == 1 { "" } else { "s" })
 }
 
 /// `1 unit`, `2 units`.

@@ -482,6 +482,18 @@ async fn redis_dead(url: &str, prefix: &str) -> (RedisTopology, RedisConnection)
 
 type RedisConnection = delivery::redis::client::aio::ConnectionManager;
 
+/// The binary on the Redis dead letter of `topology`'s stream.
+fn redis_cli(url: &str, topology: &RedisTopology) -> Dlq {
+    Dlq::new(&[
+        "--transport",
+        "redis",
+        "--redis-url",
+        url,
+        "--stream",
+        &topology.stream,
+    ])
+}
+
 /// Deletes the topology's stream and its dead-letter stream.
 async fn delete_streams(redis: &mut RedisConnection, topology: &RedisTopology) {
     let _: () = redis::cmd("DEL")
@@ -743,14 +755,7 @@ async fn redis_redrive_edited() {
     let url = redis_url();
     let (topology, mut redis) = redis_dead(&url, "cli-redis-edit").await;
     let name = topology.dead_letter_stream_name();
-    let dlq = Dlq::new(&[
-        "--transport",
-        "redis",
-        "--redis-url",
-        &url,
-        "--stream",
-        &topology.stream,
-    ]);
+    let dlq = redis_cli(&url, &topology);
     let mut source = RedisSource::connect(url.as_str(), topology.clone())
         .await
         .unwrap();
@@ -920,4 +925,53 @@ async fn sqlite_outbox_count_list_and_redrive() {
     assert_eq!(record.status, Status::Pending);
     pool.close().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An id the dead letter holds twice (`neg-1`, rejected, then malformed when published again
+/// with a broken payload): every action on it acts on both copies, and says so before asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_bulk_actions_name_the_copies_they_touch() {
+    let url = redis_url();
+    let (topology, mut redis) = redis_dead(&url, "cli-redis-copies").await;
+    let again = Unit::new("neg-1", b"neg-1 again, not json".to_vec());
+    delivery::redis::publish(&mut redis, &topology.stream, &again)
+        .await
+        .unwrap();
+    let dead = RedisDeadLetters::new(url.as_str(), &topology).unwrap();
+    let source = RedisSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    consume_until_dead(source, &dead, 5).await;
+    let name = topology.dead_letter_stream_name();
+    let dlq = redis_cli(&url, &topology);
+    let refused = |run: Run, copies: &str| {
+        assert_eq!(run.code, 1, "{run:#?}");
+        assert!(run.stderr.contains("--yes"), "{run:#?}");
+        assert!(run.stderr.contains(copies), "names {copies:?}: {run:#?}");
+    };
+
+    // An edited redrive sends every copy back edited: it says how many first.
+    let edit = ["redrive", "neg-1", "--edit"];
+    refused(
+        dlq.run_with(&edit, &[("EDITOR", "sed -i s/-5/5/")], b""),
+        "2 copies",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fixed.json");
+    std::fs::write(&file, br#"{"amount_cents":5}"#).unwrap();
+    let file = file.to_str().unwrap();
+    refused(
+        dlq.run(&["redrive", "neg-1", "--payload", file]),
+        "2 copies",
+    );
+    // One id, two copies: asked as a bulk action is.
+    refused(dlq.run(&["redrive", "neg-1"]), "2 copies");
+    // By reason: the malformed copy of neg-1 brings its rejected copy along.
+    refused(dlq.run(&["redrive", "--reason", "malformed"]), "4 copies");
+    assert_eq!(dlq.ok(&["count"]).field("total"), "5", "nothing redriven");
+
+    let all = dlq.ok(&["redrive", "--reason", "malformed", "--yes"]);
+    assert_eq!(all.stdout, format!("redriven 4 units from {name}\n"));
+    assert_eq!(dlq.ok(&["count"]).field("total"), "1");
+    delete_streams(&mut redis, &topology).await;
 }
