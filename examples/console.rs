@@ -121,7 +121,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             "/",
             get(|| async { "the service; its dead letters: /admin" }),
         )
-        .nest("/admin", console.router());
+        // `nest_service` serves `/admin` and `/admin/` alike (`nest` would leave `/admin/` a 404).
+        .nest_service("/admin", console.router());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     tracing::info!("console on http://{}/admin", listener.local_addr()?);
 

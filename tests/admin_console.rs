@@ -47,14 +47,20 @@ async fn seeded() -> MemoryBroker {
     broker
 }
 
-/// The console mounted at `/admin` beside a route of the service's own.
+/// The console mounted at `/admin` beside a route of the service's own, as the docs and
+/// `examples/console.rs` mount it (`nest_service`: `/admin/` too).
 fn app(broker: &MemoryBroker) -> Router {
-    let console = Console::new(TOKEN)
-        .dead_letters(broker.dead_letters("orders"))
-        .dead_letters(broker.dead_letters("invoices"));
+    mounted(
+        Console::new(TOKEN)
+            .dead_letters(broker.dead_letters("orders"))
+            .dead_letters(broker.dead_letters("invoices")),
+    )
+}
+
+fn mounted(console: Console) -> Router {
     Router::new()
         .route("/", axum::routing::get(|| async { "the service" }))
-        .nest("/admin", console.router())
+        .nest_service("/admin", console.router())
 }
 
 struct Answer {
@@ -568,4 +574,256 @@ async fn an_outbox_stores_dead_records_are_operated_in_the_console() {
             .unwrap(),
         1
     );
+}
+
+/// Signs in through the form: the `Set-Cookie` header, and the `name=value` pair a browser sends
+/// back.
+async fn sign_in(app: &Router) -> (String, String) {
+    let set = sign_in_as(app, form("/admin/sign-in")).await;
+    let pair = set.split(';').next().unwrap().to_owned();
+    (set, pair)
+}
+
+/// The `Set-Cookie` header of a sign-in with the token sent as `request`.
+async fn sign_in_as(app: &Router, request: axum::http::request::Builder) -> String {
+    let body = Body::from(format!("token={TOKEN}"));
+    let answer = send(app, request.body(body).unwrap()).await;
+    assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
+    answer.headers[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The overview as the browser holding `cookie` gets it.
+async fn overview_with(app: &Router, cookie: &str) -> Answer {
+    send(
+        app,
+        get("/admin")
+            .header(header::COOKIE, cookie)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn each_sign_in_is_its_own_session_with_its_own_csrf_value_and_signing_out_ends_it() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let (_, first) = sign_in(&app).await;
+    let (_, second) = sign_in(&app).await;
+    assert_ne!(first, second, "two sign-ins, two sessions");
+    let first_csrf = csrf_of(&overview_with(&app, &first).await.body);
+    let second_csrf = csrf_of(&overview_with(&app, &second).await.body);
+    assert_ne!(first_csrf, second_csrf, "a CSRF value per session");
+
+    // One session's CSRF value is no good with another session's cookie.
+    let purge = |cookie: &str, csrf: &str| {
+        form("/admin/d/orders.dead-letter/u/o-1/purge")
+            .header(header::COOKIE, cookie)
+            .body(Body::from(format!("csrf={csrf}")))
+            .unwrap()
+    };
+    let answer = send(&app, purge(&second, &first_csrf)).await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+
+    // Signing out ends the session on the server: its cookie admits nobody afterwards.
+    let answer = send(
+        &app,
+        form("/admin/sign-out")
+            .header(header::COOKIE, &first)
+            .body(Body::from(format!("csrf={first_csrf}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    let answer = overview_with(&app, &first).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNAUTHORIZED,
+        "the cookie of a signed-out session"
+    );
+    let answer = send(&app, purge(&first, &first_csrf)).await;
+    assert_eq!(answer.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
+    // The other session goes on.
+    assert_eq!(overview_with(&app, &second).await.status, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_expires_after_twelve_hours_by_default() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let (set, cookie) = sign_in(&app).await;
+    assert!(set.contains("Max-Age=43200"), "{set}");
+    tokio::time::advance(std::time::Duration::from_secs(12 * 3600 - 60)).await;
+    assert_eq!(overview_with(&app, &cookie).await.status, StatusCode::OK);
+    tokio::time::advance(std::time::Duration::from_secs(61)).await;
+    let answer = overview_with(&app, &cookie).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNAUTHORIZED,
+        "a session 12 h old"
+    );
+    assert!(answer.body.contains(r#"id="sign-in""#));
+
+    // Shorter, as the service sets it.
+    let app = mounted(
+        Console::new(TOKEN)
+            .dead_letters(broker.dead_letters("orders"))
+            .session_ttl(std::time::Duration::from_secs(15 * 60)),
+    );
+    let (set, cookie) = sign_in(&app).await;
+    assert!(set.contains("Max-Age=900"), "{set}");
+    tokio::time::advance(std::time::Duration::from_secs(14 * 60)).await;
+    assert_eq!(overview_with(&app, &cookie).await.status, StatusCode::OK);
+    tokio::time::advance(std::time::Duration::from_secs(60)).await;
+    assert_eq!(
+        overview_with(&app, &cookie).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn the_cookie_is_secure_when_the_request_came_over_tls() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let set = sign_in_as(&app, form("https://console.example/admin/sign-in")).await;
+    assert!(set.contains("; Secure"), "{set}");
+    // Over plain HTTP, and with a proxy's word the console was not told to trust: not Secure
+    // (a browser would drop it).
+    let forwarded = || form("/admin/sign-in").header("x-forwarded-proto", "https");
+    let set = sign_in_as(&app, forwarded()).await;
+    assert!(!set.contains("Secure"), "{set}");
+
+    // Behind a proxy the console was told to trust: its word, for the cookie and the origin.
+    let proxied = mounted(
+        Console::new(TOKEN)
+            .dead_letters(broker.dead_letters("orders"))
+            .trust_forwarded_headers(true),
+    );
+    let request = forwarded()
+        .header(header::HOST, "127.0.0.1:8080")
+        .header("x-forwarded-host", "ops.example")
+        .header(header::ORIGIN, "https://ops.example");
+    let set = sign_in_as(&proxied, request).await;
+    assert!(set.contains("; Secure"), "{set}");
+    let request = form("/admin/sign-in").header("x-forwarded-proto", "http");
+    let set = sign_in_as(&proxied, request).await;
+    assert!(!set.contains("Secure"), "{set}");
+
+    // A service serving TLS itself over HTTP/1.1 says so: every cookie Secure, its clearing too.
+    let tls = mounted(
+        Console::new(TOKEN)
+            .dead_letters(broker.dead_letters("orders"))
+            .served_over_tls(),
+    );
+    let (set, cookie) = sign_in(&tls).await;
+    assert!(set.contains("; Secure"), "{set}");
+    let csrf = csrf_of(&overview_with(&tls, &cookie).await.body);
+    let answer = send(
+        &tls,
+        form("/admin/sign-out")
+            .header(header::COOKIE, &cookie)
+            .body(Body::from(format!("csrf={csrf}")))
+            .unwrap(),
+    )
+    .await;
+    let set = answer.headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        set.contains("Max-Age=0") && set.contains("; Secure"),
+        "{set}"
+    );
+}
+
+#[tokio::test]
+async fn a_post_from_another_origin_is_refused_even_with_the_cookie_and_the_csrf_value() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let (_, cookie) = sign_in(&app).await;
+    let csrf = csrf_of(&overview_with(&app, &cookie).await.body);
+    let purge = |name: &str, value: &str| {
+        form("/admin/d/orders.dead-letter/u/o-1/purge")
+            .header(header::HOST, "console.example")
+            .header(header::COOKIE, &cookie)
+            .header(name, value)
+            .body(Body::from(format!("csrf={csrf}")))
+            .unwrap()
+    };
+    for (name, value) in [
+        ("origin", "https://evil.example"),
+        ("origin", "null"),
+        ("origin", "http://console.example.evil.example"),
+        ("referer", "https://evil.example/console.example/admin"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+    ] {
+        let answer = send(&app, purge(name, value)).await;
+        assert_eq!(answer.status, StatusCode::FORBIDDEN, "{name}: {value}");
+        assert_eq!(
+            broker.dead_letters("orders").count().await.unwrap(),
+            3,
+            "{name}: {value}"
+        );
+    }
+    // A sign-in from another origin signs nobody in.
+    let answer = send(
+        &app,
+        form("/admin/sign-in")
+            .header(header::HOST, "console.example")
+            .header(header::ORIGIN, "https://evil.example")
+            .body(Body::from(format!("token={TOKEN}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    assert!(answer.headers.get(header::SET_COOKIE).is_none());
+    // The console's own origin, as a browser names it.
+    let answer = send(&app, purge("origin", "http://console.example")).await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=purged&n=1");
+    let answer = send(
+        &app,
+        form("/admin/d/orders.dead-letter/u/o-3/purge")
+            .header(header::HOST, "console.example")
+            .header(header::COOKIE, &cookie)
+            .header(
+                header::REFERER,
+                "http://console.example/admin/d/orders.dead-letter/u/o-3",
+            )
+            .body(Body::from(format!("csrf={csrf}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=purged&n=1");
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn the_mount_with_a_trailing_slash_answers_as_the_mount_does() {
+    let broker = seeded().await;
+    let app = app(&broker);
+    let bare = send(&app, get("/admin/").body(Body::empty()).unwrap()).await;
+    assert_eq!(bare.status, StatusCode::UNAUTHORIZED, "{}", bare.body);
+    assert!(bare.body.contains(r#"id="sign-in""#));
+    assert_eq!(bare.headers[header::CACHE_CONTROL], "no-store");
+    assert!(bare.headers.contains_key(header::CONTENT_SECURITY_POLICY));
+    let page = send(&app, bearer(get("/admin/")).body(Body::empty()).unwrap()).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains(r#"data-name="orders.dead-letter""#));
+    assert!(
+        page.body
+            .contains(r#"href="/admin/d/orders.dead-letter?source=orders&amp;reason=malformed""#),
+        "links stay within the mount: {}",
+        page.body
+    );
+    let query = send(
+        &app,
+        bearer(get("/admin/?done=purged&n=2"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(query.body.contains("Purged 2 units"), "{}", query.body);
 }

@@ -11,9 +11,14 @@
 //! Secure by default:
 //! - Every route, unknown paths included, answers `401` without the credential: the bearer token
 //!   the console was made with, sent as `Authorization: Bearer <token>` by a script, or the
-//!   session cookie (`HttpOnly`, `SameSite=Strict`) a browser gets by signing in on the `401`
-//!   page's form. The cookie holds an HMAC of the token, never the token.
-//! - What changes anything is a `POST` carrying the console's CSRF token; without it, `403`.
+//!   session cookie (`HttpOnly`, `SameSite=Strict`, `Secure` when the request came over TLS) a
+//!   browser gets by signing in on the `401` page's form. A session is a random value the console
+//!   holds in memory with its own CSRF value; it ends at sign-out, after
+//!   [`session_ttl`](Console::session_ttl) (12 hours by default), and when the service restarts.
+//! - What changes anything is a `POST` carrying the CSRF value of the page it came from; without
+//!   it, `403`. A `POST` the browser says came from another site (`Sec-Fetch-Site`, or an
+//!   `Origin` or `Referer` naming another host than the request's) is refused (`403`) too, the
+//!   sign-in included.
 //! - Payloads, headers, ids and details are always HTML-escaped: a payload `<script>…` shows as
 //!   that text.
 //! - The console reads and changes only the dead letters it was given.
@@ -31,9 +36,18 @@
 //!     .dead_letters(broker.dead_letters("orders"))
 //!     .dead_letters(broker.dead_letters("invoices"));
 //! // Beside the service's own routes; the console links within wherever it is mounted.
-//! let app: axum::Router = axum::Router::new().nest("/admin", console.router());
+//! let app: axum::Router = axum::Router::new().nest_service("/admin", console.router());
 //! # let _ = app;
 //! ```
+//!
+//! Mount it with `nest_service`, which serves `/admin`, `/admin/` and everything below: axum's
+//! `nest` serves the nested router's `/` at `/admin` only, and leaves `/admin/` to the service's
+//! own fallback (a bare `404`).
+//!
+//! Behind a reverse proxy that terminates TLS, tell the console to believe the proxy's
+//! `X-Forwarded-Proto` and `X-Forwarded-Host` ([`trust_forwarded_headers`](Console::trust_forwarded_headers));
+//! a service that serves TLS itself over HTTP/1.1 says so with
+//! [`served_over_tls`](Console::served_over_tls), since such a request does not say it.
 //!
 //! A token shorter than [`MIN_TOKEN_LEN`] is refused when the router is built, so a console is
 //! never served behind a guessable credential:
@@ -48,12 +62,13 @@ mod pages;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ::axum::extract::{
     Form, FromRequest, FromRequestParts, NestedPath, Path, Query, RawPathParams, Request, State,
 };
 use ::axum::http::request::Parts;
-use ::axum::http::{HeaderValue, Method, StatusCode, header};
+use ::axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use ::axum::middleware::{self, Next};
 use ::axum::response::{IntoResponse, Redirect, Response};
 use ::axum::routing::{Route, get, post};
@@ -63,7 +78,7 @@ use serde::Deserialize;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use self::auth::Credential;
+use self::auth::{Credential, Sessions};
 use crate::dead_letter::{AnyDeadLetters, DeadLetter, DeadLetters, Selection};
 use crate::transport::TransportError;
 use crate::unit::UnitId;
@@ -83,6 +98,9 @@ pub struct Console {
     scan_limit: usize,
     /// The service's own authentication, in place of the token's ([`Console::auth_layer`]).
     auth_layer: Option<Arc<dyn Fn(Router) -> Router + Send + Sync>>,
+    session_ttl: Duration,
+    trust_forwarded: bool,
+    over_tls: bool,
 }
 
 impl std::fmt::Debug for Console {
@@ -92,6 +110,9 @@ impl std::fmt::Debug for Console {
             .field("dead_letters", &self.dead_letters)
             .field("scan_limit", &self.scan_limit)
             .field("auth_layer", &self.auth_layer.is_some())
+            .field("session_ttl", &self.session_ttl)
+            .field("trust_forwarded", &self.trust_forwarded)
+            .field("over_tls", &self.over_tls)
             .finish()
     }
 }
@@ -105,7 +126,34 @@ impl Console {
             dead_letters: Vec::new(),
             scan_limit: 10_000,
             auth_layer: None,
+            session_ttl: Duration::from_secs(12 * 60 * 60),
+            trust_forwarded: false,
+            over_tls: false,
         }
+    }
+
+    /// How long a browser stays signed in after it signs in (12 hours by default): then its
+    /// session ends on the server and its cookie expires.
+    pub fn session_ttl(mut self, ttl: Duration) -> Self {
+        self.session_ttl = ttl.max(Duration::from_secs(1));
+        self
+    }
+
+    /// Believes the reverse proxy in front of the console (off by default): its
+    /// `X-Forwarded-Proto: https` marks the session cookie `Secure`, and its `X-Forwarded-Host`
+    /// is the host a browser's `Origin` must name. Only for a console every request of which
+    /// comes through a proxy that sets both headers itself, overwriting a client's.
+    pub fn trust_forwarded_headers(mut self, trust: bool) -> Self {
+        self.trust_forwarded = trust;
+        self
+    }
+
+    /// Marks every session cookie `Secure`: for a service that serves TLS itself over HTTP/1.1,
+    /// where a request does not say it came over TLS. (A request whose URI says `https`, as
+    /// HTTP/2's do, gets a `Secure` cookie anyway.)
+    pub fn served_over_tls(mut self) -> Self {
+        self.over_tls = true;
+        self
     }
 
     /// Admits the requests the service's own tower `layer` lets through, instead of checking the
@@ -165,7 +213,9 @@ impl Console {
         self
     }
 
-    /// The console's routes, every one behind the credential.
+    /// The console's routes, every one behind the credential. Mount them with axum's
+    /// `nest_service`, which serves the mount point with and without its trailing slash (see
+    /// the [module docs](self)).
     ///
     /// # Panics
     ///
@@ -185,7 +235,10 @@ impl Console {
         }
         let state = Arc::new(Shared {
             credential: Credential::new(&self.token),
+            sessions: Sessions::new(self.session_ttl),
             token_admits: self.auth_layer.is_none(),
+            trust_forwarded: self.trust_forwarded,
+            over_tls: self.over_tls,
             order: self.dead_letters,
             by_name,
             scan_limit: self.scan_limit,
@@ -214,9 +267,15 @@ impl Console {
 /// What every handler shares.
 struct Shared {
     credential: Credential,
+    /// The browsers signed in.
+    sessions: Sessions,
     /// Whether the token (bearer or session cookie) admits requests; `false` behind the service's
     /// own [`Console::auth_layer`].
     token_admits: bool,
+    /// Whether a proxy's `X-Forwarded-Proto` and `X-Forwarded-Host` are believed.
+    trust_forwarded: bool,
+    /// Whether every request came over TLS ([`Console::served_over_tls`]).
+    over_tls: bool,
     /// The dead letters in the order they were given (the overview's order).
     order: Vec<AnyDeadLetters>,
     by_name: BTreeMap<String, AnyDeadLetters>,
@@ -225,17 +284,33 @@ struct Shared {
 
 type Env = State<Arc<Shared>>;
 
-/// Where the console is mounted (the path before its own routes) and its CSRF token: what every
-/// page needs to link and to post within the console.
-#[derive(Clone, Debug)]
+/// Where the console is mounted (the path before its own routes), the CSRF value of the
+/// request's session (or of its bearer token), and the session itself: what every page needs to
+/// link and to post within the console.
+#[derive(Clone)]
 pub(crate) struct Ctx {
     base: String,
     csrf: String,
+    /// The cookie value of the session that admitted the request.
+    session: Option<String>,
+    /// Whether the request came over TLS: its cookie is `Secure`.
+    secure: bool,
 }
 
 impl Ctx {
-    /// The overview's path: where the console is mounted (`/admin`: axum's `nest` serves a nested
-    /// `/` there, and not at `/admin/`), or `/`.
+    /// The session cookie's attributes: scoped to where the console is mounted.
+    fn cookie_attributes(&self) -> String {
+        let path = if self.base.is_empty() {
+            "/"
+        } else {
+            &self.base
+        };
+        let secure = if self.secure { "; Secure" } else { "" };
+        format!("Path={path}; HttpOnly; SameSite=Strict{secure}")
+    }
+
+    /// The overview's path: where the console is mounted (`/admin`; `nest_service` serves it at
+    /// `/admin/` too), or `/`.
     fn home(&self) -> &str {
         if self.base.is_empty() {
             "/"
@@ -248,10 +323,10 @@ impl Ctx {
 /// The largest form the console reads (an edited payload is the largest).
 const FORM_LIMIT: usize = 16 << 20;
 
-/// The console's one gate, in front of every route: a request without the credential gets the
-/// `401` sign-in page (except the sign-in itself), a `POST` without the CSRF token gets `403`,
-/// before any handler runs. Every response is kept out of caches and frames, and its page may run
-/// no script.
+/// The console's one gate, in front of every route: a `POST` from another site gets `403`, a
+/// request without the credential the `401` sign-in page (except the sign-in itself), a `POST`
+/// without its session's CSRF value `403`, before any handler runs. Every response is kept out of
+/// caches and frames, and its page may run no script.
 async fn guard(State(shared): Env, mut req: Request, next: Next) -> Response {
     // Where the service nested the console (axum records it); nowhere: at the root.
     let base = req
@@ -260,25 +335,38 @@ async fn guard(State(shared): Env, mut req: Request, next: Next) -> Response {
         .map_or("", |nested| nested.as_str())
         .trim_end_matches('/')
         .to_owned();
-    let ctx = Ctx {
+    let post = req.method() == Method::POST;
+    let signing_in = post && req.uri().path() == "/sign-in";
+    let (uri, headers) = (req.uri(), req.headers());
+    let secure = shared.over_tls || auth::over_tls(uri, headers, shared.trust_forwarded);
+    let mut ctx = Ctx {
         base,
-        csrf: shared.credential.csrf().to_owned(),
+        csrf: String::new(),
+        session: None,
+        secure,
     };
-    let signing_in = req.method() == Method::POST && req.uri().path() == "/sign-in";
-    let admitted = !shared.token_admits || shared.credential.admits(req.headers());
-    let mut response = if !signing_in && !admitted {
-        (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response()
-    } else if req.method() == Method::POST && !signing_in {
-        match with_csrf(&shared, req).await {
-            Ok(mut req) => {
-                req.extensions_mut().insert(ctx);
-                next.run(req).await
+    let mut response = if post && !auth::same_origin(uri, headers, shared.trust_forwarded) {
+        refused("the console acts only on the forms of its own pages, not another site's")
+    } else if let Some((csrf, session)) = shared.admit(headers) {
+        ctx.csrf = csrf;
+        ctx.session = session;
+        if post && !signing_in {
+            match with_csrf(&ctx.csrf, req).await {
+                Ok(mut req) => {
+                    req.extensions_mut().insert(ctx);
+                    next.run(req).await
+                }
+                Err(refused) => refused,
             }
-            Err(refused) => refused,
+        } else {
+            req.extensions_mut().insert(ctx);
+            next.run(req).await
         }
-    } else {
+    } else if signing_in {
         req.extensions_mut().insert(ctx);
         next.run(req).await
+    } else {
+        (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response()
     };
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -303,10 +391,27 @@ struct Csrf {
     csrf: String,
 }
 
-/// `req` as it came, once its form's `csrf` field proved to be the console's; `403` otherwise.
-async fn with_csrf(shared: &Shared, req: Request) -> Result<Request, Response> {
+impl Shared {
+    /// What admits the request, if anything: the CSRF value its forms carry, and the session's
+    /// cookie value when a session admits it. The service's own layer or the bearer token admit
+    /// with the token's CSRF value.
+    fn admit(&self, headers: &HeaderMap) -> Option<(String, Option<String>)> {
+        if !self.token_admits || self.credential.bears_token(headers) {
+            return Some((self.credential.csrf().to_owned(), None));
+        }
+        let (session, csrf) = self.sessions.of(headers)?;
+        Some((csrf, Some(session)))
+    }
+}
+
+/// `403`, saying why.
+fn refused(why: &str) -> Response {
+    (StatusCode::FORBIDDEN, why.to_owned()).into_response()
+}
+
+/// `req` as it came, once its form's `csrf` field proved to be `csrf`; `403` otherwise.
+async fn with_csrf(csrf: &str, req: Request) -> Result<Request, Response> {
     let (parts, body) = req.into_parts();
-    let refused = |why: &str| (StatusCode::FORBIDDEN, why.to_owned()).into_response();
     let body = ::axum::body::to_bytes(body, FORM_LIMIT)
         .await
         .map_err(|_| refused("the form is too large or could not be read"))?;
@@ -314,7 +419,7 @@ async fn with_csrf(shared: &Shared, req: Request) -> Result<Request, Response> {
         Form::<Csrf>::from_request(Request::from_parts(parts.clone(), body.clone().into()), &())
             .await
             .map_err(|_| refused("the console accepts only its own forms"))?;
-    if !shared.credential.is_csrf(&form.csrf) {
+    if csrf.is_empty() || !auth::equal(&form.csrf, csrf) {
         return Err(refused(
             "the form's CSRF token is missing or wrong: reload the console and try again",
         ));
@@ -335,11 +440,16 @@ async fn sign_in(
     if !shared.credential.is_token(&form.token) {
         return (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, true)).into_response();
     }
-    let path = if ctx.base.is_empty() { "/" } else { &ctx.base };
+    let Some(opened) = shared.sessions.open() else {
+        let why = "the system has no randomness to give a session: nobody was signed in";
+        return (StatusCode::INTERNAL_SERVER_ERROR, why).into_response();
+    };
     let cookie = format!(
-        "{}={}; Path={path}; HttpOnly; SameSite=Strict",
+        "{}={}; Max-Age={}; {}",
         auth::COOKIE,
-        shared.credential.session()
+        opened.cookie,
+        shared.sessions.ttl().as_secs(),
+        ctx.cookie_attributes()
     );
     let mut response = Redirect::to(ctx.home()).into_response();
     if let Ok(cookie) = HeaderValue::from_str(&cookie) {
@@ -348,12 +458,12 @@ async fn sign_in(
     response
 }
 
-async fn sign_out(Extension(ctx): Extension<Ctx>) -> Response {
-    let path = if ctx.base.is_empty() { "/" } else { &ctx.base };
-    let cookie = format!(
-        "{}=; Path={path}; HttpOnly; SameSite=Strict; Max-Age=0",
-        auth::COOKIE
-    );
+/// Ends the session on the server (its cookie admits nobody afterwards) and clears the cookie.
+async fn sign_out(State(shared): Env, Extension(ctx): Extension<Ctx>) -> Response {
+    if let Some(session) = &ctx.session {
+        shared.sessions.end(session);
+    }
+    let cookie = format!("{}=; Max-Age=0; {}", auth::COOKIE, ctx.cookie_attributes());
     let mut response = (StatusCode::UNAUTHORIZED, pages::sign_in(&ctx, false)).into_response();
     if let Ok(cookie) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, cookie);

@@ -69,7 +69,9 @@ fn page(ctx: &Ctx, title: &str, signed_in: bool, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
+                // Within the console only: a browser then names the console's origin on every form it
+                // posts (`no-referrer` would make it `null`), and sends nothing to other sites.
+                meta name="referrer" content="same-origin";
                 title { (title) " · dead letters" }
                 style { (maud::PreEscaped(STYLE)) }
             }
