@@ -38,13 +38,23 @@ async fn seeded() -> MemoryBroker {
     broker.publish("orders", Unit::new("o-3", "13"));
     broker.publish("invoices", Unit::new("i-1", "{oops"));
     for queue in ["orders", "invoices"] {
-        Consumer::new(broker.consume(queue))
-            .shutdown_on(broker.idle(queue))
-            .run(take)
-            .await;
+        consume(&broker, queue).await;
     }
     assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 3);
     broker
+}
+
+/// Runs [`take`] on `queue` until it is idle.
+async fn consume(broker: &MemoryBroker, queue: &str) {
+    Consumer::new(broker.consume(queue))
+        .shutdown_on(broker.idle(queue))
+        .run(take)
+        .await;
+}
+
+/// `uri` as a script with the bearer token gets it.
+async fn bearer_get(app: &Router, uri: &str) -> Answer {
+    send(app, bearer(get(uri)).body(Body::empty()).unwrap()).await
 }
 
 /// The console mounted at `/admin` beside a route of the service's own, as the docs and
@@ -826,4 +836,93 @@ async fn the_mount_with_a_trailing_slash_answers_as_the_mount_does() {
     )
     .await;
     assert!(query.body.contains("Purged 2 units"), "{}", query.body);
+}
+
+/// Browsers send a textarea's line breaks as CRLF: a payload whose lines end in CRLF comes back
+/// from an edit byte for byte, through the dead letter again.
+#[tokio::test]
+async fn an_edited_payload_with_crlf_lines_keeps_its_bytes() {
+    let broker = seeded().await;
+    let original = "name,qty\r\nwidget,0\r\n";
+    broker.publish("orders", Unit::new("csv-1", original));
+    consume(&broker, "orders").await;
+    let app = app(&broker);
+    let page = bearer_get(&app, "/admin/d/orders.dead-letter/u/csv-1").await;
+    // The textarea holds the payload's own bytes, after the newline the HTML parser drops.
+    assert!(
+        page.body
+            .contains("spellcheck=\"false\">\nname,qty\r\nwidget,0\r\n</textarea>"),
+        "{}",
+        page.body
+    );
+    let csrf = csrf_of(&page.body);
+    // What a browser submits for the edited textarea: every line break as CRLF.
+    let edited = "name,qty\r\nwidget,1\r\n";
+    let body = format!(
+        "csrf={csrf}&payload={}",
+        edited.replace("\r\n", "%0D%0A").replace(',', "%2C")
+    );
+    let answer = send(
+        &app,
+        bearer(form("/admin/d/orders.dead-letter/u/csv-1/edit"))
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=edited&n=1");
+    // Still no JSON: dead-lettered again, with the operator's bytes.
+    consume(&broker, "orders").await;
+    let record = broker
+        .dead_letters("orders")
+        .peek("csv-1")
+        .expect("dead-lettered again");
+    assert_eq!(
+        std::str::from_utf8(record.unit.payload()).unwrap(),
+        edited,
+        "byte for byte"
+    );
+    assert_eq!(
+        record.unit.headers().get_str(delivery::headers::EDITED),
+        Some("true")
+    );
+}
+
+/// A group's actions select by id, so they act on the copies of its ids in other groups too: its
+/// page says how many before the operator presses the button.
+#[tokio::test]
+async fn a_group_page_names_the_copies_its_actions_touch_in_other_groups() {
+    let broker = seeded().await;
+    // o-1 again, refused this time: one copy malformed, one rejected.
+    broker.publish("orders", Unit::new("o-1", "13"));
+    consume(&broker, "orders").await;
+    let app = app(&broker);
+    let page = bearer_get(
+        &app,
+        "/admin/d/orders.dead-letter?source=orders&reason=malformed",
+    )
+    .await;
+    assert!(
+        page.body.contains("1 more copy in other groups") && page.body.contains("3 copies in all"),
+        "{}",
+        page.body
+    );
+    let csrf = csrf_of(&page.body);
+    let answer = send(
+        &app,
+        bearer(form("/admin/d/orders.dead-letter/group/redrive"))
+            .body(Body::from(format!(
+                "csrf={csrf}&source=orders&reason=malformed"
+            )))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(answer.headers[header::LOCATION], "/admin?done=redriven&n=3");
+    assert_eq!(broker.dead_letters("orders").count().await.unwrap(), 1);
+    // A group without copies elsewhere says nothing of them.
+    let page = bearer_get(
+        &app,
+        "/admin/d/invoices.dead-letter?source=invoices&reason=malformed",
+    )
+    .await;
+    assert!(!page.body.contains(r#"id="copies""#), "{}", page.body);
 }

@@ -59,7 +59,7 @@
 mod auth;
 mod pages;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -638,18 +638,25 @@ fn answer(ctx: &Ctx, done: Result<(&str, u64), TransportError>) -> Response {
     }
 }
 
-/// The records of the group `which` names in `dead`.
+/// The records of the group `which` names in `dead`, and how many records of other groups have
+/// one of their ids: a group action acts on those copies too (it selects by id).
 async fn members(
     shared: &Shared,
     dead: &AnyDeadLetters,
     which: &Which,
-) -> Result<Vec<DeadLetter>, TransportError> {
+) -> Result<(Vec<DeadLetter>, usize), TransportError> {
     let (groups, _) = grouped(dead, shared.scan_limit).await?;
-    Ok(groups
+    let (mut this, others): (Vec<Group>, Vec<Group>) = groups
         .into_iter()
-        .find(|g| g.source == which.source && g.reason == which.reason)
-        .map(|g| g.records)
-        .unwrap_or_default())
+        .partition(|g| g.source == which.source && g.reason == which.reason);
+    let records = this.pop().map(|g| g.records).unwrap_or_default();
+    let ids: HashSet<&UnitId> = records.iter().map(DeadLetter::id).collect();
+    let elsewhere = others
+        .iter()
+        .flat_map(|g| &g.records)
+        .filter(|r| ids.contains(r.id()))
+        .count();
+    Ok((records, elsewhere))
 }
 
 async fn group(
@@ -658,13 +665,14 @@ async fn group(
     Query(which): Query<Which>,
 ) -> Response {
     match members(&shared, &dead, &which).await {
-        Ok(records) => pages::group(
+        Ok((records, elsewhere)) => pages::group(
             &ctx,
             &Group {
                 source: which.source,
                 reason: which.reason,
                 records,
             },
+            elsewhere,
             &name,
         )
         .into_response(),
@@ -702,12 +710,13 @@ async fn purge_group(State(shared): Env, named: Named, Form(form): Form<GroupFor
 async fn act_on_group(shared: &Shared, named: &Named, form: &GroupForm, redrive: bool) -> Response {
     let dead = &named.dead;
     let done = async {
-        let mut ids: Vec<UnitId> = members(shared, dead, &form.which)
-            .await?
+        let (records, _) = members(shared, dead, &form.which).await?;
+        let mut seen = HashSet::new();
+        let ids: Vec<UnitId> = records
             .iter()
             .map(|r| r.id().clone())
+            .filter(|id| seen.insert(id.clone()))
             .collect();
-        ids.dedup();
         if redrive {
             let report = dead.redrive(Selection::Ids(&ids)).await?;
             Ok(("redriven", report.redriven.len() as u64))
@@ -754,13 +763,30 @@ async fn edit_unit(
     Path((_, id)): Path<(String, String)>,
     Form(form): Form<EditForm>,
 ) -> Response {
-    // Browsers send a textarea's line breaks as CRLF; the operator typed LF.
-    let payload = Bytes::from(form.payload.replace("\r\n", "\n"));
-    let done = dead.redrive_edited(&UnitId::new(id), payload).await;
+    let id = UnitId::new(id);
+    let done = async {
+        let Some(record) = dead.peek(&id).await? else {
+            return Ok(false);
+        };
+        let payload = submitted(record.unit.payload(), form.payload);
+        dead.redrive_edited(&id, payload).await
+    }
+    .await;
     answer(
         &ctx,
         done.map(|edited| if edited { ("edited", 1) } else { ("gone", 0) }),
     )
+}
+
+/// The payload an operator submitted in place of `original`, byte for byte, except that a
+/// browser sends every line break of a textarea as CRLF: where `original` has no CRLF, they are
+/// the textarea's, and become LF again.
+fn submitted(original: &[u8], edited: String) -> Bytes {
+    if original.windows(2).any(|pair| pair == b"\r\n") {
+        Bytes::from(edited)
+    } else {
+        Bytes::from(edited.replace("\r\n", "\n"))
+    }
 }
 
 /// The page for a dead letter that could not be read or changed: `502`, the error as text.

@@ -196,7 +196,9 @@ fn preview(record: &DeadLetter) -> String {
 }
 
 /// A group's units.
-pub(super) fn group(ctx: &Ctx, group: &Group, dead: &str) -> Markup {
+/// `elsewhere`: the records of other groups with one of this group's ids, which its actions
+/// (by id) act on too.
+pub(super) fn group(ctx: &Ctx, group: &Group, elsewhere: usize, dead: &str) -> Markup {
     page(
         ctx,
         dead,
@@ -204,6 +206,13 @@ pub(super) fn group(ctx: &Ctx, group: &Group, dead: &str) -> Markup {
         html! {
             h1 { (dead) }
             p { "From " code { (group.source) } ", dead-lettered as " strong { (group.reason) } ": " (group.records.len()) " unit(s)." }
+            @if elsewhere > 0 {
+                p #copies.error {
+                    "Some of these ids have " (elsewhere) " more " (if elsewhere == 1 { "copy" } else { "copies" })
+                    " in other groups of this dead letter: Redrive all and Purge all act on every copy of each id, "
+                    (group.records.len() + elsewhere) " copies in all."
+                }
+            }
             @if !group.records.is_empty() {
                 p { (group_form(ctx, dead, group, "redrive", "Redrive all")) " " (group_form(ctx, dead, group, "purge", "Purge all")) }
                 table {
@@ -291,7 +300,9 @@ pub(super) fn unit(ctx: &Ctx, dead: &str, record: &DeadLetter) -> Markup {
             p.muted { "Sends the unit back under its id with this payload instead; its headers record that it was edited and the SHA-256 of the payload it replaced." }
             form #edit method="post" action={ (action) "/edit" } {
                 input type="hidden" name="csrf" value=(ctx.csrf);
-                textarea name="payload" spellcheck="false" { (String::from_utf8_lossy(record.unit.payload())) }
+                // A newline first: the HTML parser drops one right after `<textarea>`, and it must
+                // not be the payload's own.
+                textarea name="payload" spellcheck="false" { "\n" (String::from_utf8_lossy(record.unit.payload())) }
                 p { button type="submit" { "Redrive edited" } }
             }
         },
