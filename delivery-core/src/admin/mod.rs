@@ -183,7 +183,7 @@ impl Console {
     /// let console = Console::new("csrf-key-of-sixteen-characters-or-more")
     ///     .dead_letters(broker.dead_letters("orders"))
     ///     .auth_layer(middleware::from_fn(operators_only));
-    /// let app = axum::Router::new().nest("/admin", console.router());
+    /// let app = axum::Router::new().nest_service("/admin", console.router());
     /// # let _ = app;
     /// ```
     pub fn auth_layer<L>(mut self, layer: L) -> Self
@@ -300,13 +300,8 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// The session cookie's attributes: scoped to where the console is mounted.
     fn cookie_attributes(&self) -> String {
-        let path = if self.base.is_empty() {
-            "/"
-        } else {
-            &self.base
-        };
         let secure = if self.secure { "; Secure" } else { "" };
-        format!("Path={path}; HttpOnly; SameSite=Strict{secure}")
+        format!("Path={}; HttpOnly; SameSite=Strict{secure}", self.home())
     }
 
     /// The overview's path: where the console is mounted (`/admin`; `nest_service` serves it at
