@@ -21,17 +21,22 @@
 //! - at shutdown ([`RabbitSource::stop`](super::RabbitSource)), after which every ack is sent as
 //!   it comes.
 //!
-//! Tags are the channel's: a new channel (a reconnect) is a new tag space and a new `ChannelAcks`.
-//! The acks the old one had not sent are void with it, and the broker delivers those units again,
-//! which their idempotent effect makes harmless (rule 3).
+//! Tags are those of one channel *incarnation*: a new channel (a reconnect) is a new tag space and
+//! a new `ChannelAcks`, and so is lapin's auto-recovery (`ConnectionProperties::enable_auto_recover`)
+//! of the same `Channel`: it consumes again there, its tags starting over at 1, and an ack of the
+//! lost incarnation sent by number would settle units of the new one that nobody handled. So every
+//! ack goes out through the lapin `Acker` of its own delivery — a multiple ack through the one of
+//! its highest tag — which lapin poisons when the incarnation ends: an ack of a lost incarnation is
+//! sent nowhere. The acks the old one had not sent are void with it, and the broker delivers those
+//! units again, which their idempotent effect makes harmless (rule 3).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lapin::Channel;
 use lapin::options::BasicAckOptions;
+use lapin::{Acker, Channel};
 use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -40,6 +45,7 @@ use crate::transport::{TransportError, TransportErrorKind};
 
 /// The acknowledgements of one consuming channel in [`AckMode::Coalesced`].
 pub(super) struct ChannelAcks {
+    /// Kept open while units of it are in flight, so that their acks still count.
     channel: Channel,
     book: Mutex<Book>,
     /// Serializes flushes, so multiple acks go out in increasing order.
@@ -55,25 +61,36 @@ pub(super) struct ChannelAcks {
     urgent_at: usize,
 }
 
-/// What the channel's units have settled, and which of their acks are not sent yet.
-#[derive(Default)]
-struct Book {
+/// What the channel's units have settled, and which of their acks are not sent yet (each with
+/// the handle `A` that sends it: its delivery's `Acker`).
+struct Book<A = Acker> {
     /// Every delivery tag received, finished once its unit is settled.
     watermark: Watermark,
-    /// Tags acknowledged by the runtime and not yet sent to the broker.
-    acked: BTreeSet<u64>,
+    /// Tags acknowledged by the runtime and not yet sent to the broker, each with its delivery's
+    /// `Acker`, which sends nothing once the channel incarnation it came on is gone.
+    acked: BTreeMap<u64, A>,
     /// The flush timer was started for the acks waiting.
     timer_started: bool,
     /// An urgent flush was asked for.
     urgent_asked: bool,
 }
 
-/// The acks a flush sends: one multiple ack, then single acks of units held behind a unit that is
-/// not settled.
-#[derive(Default)]
-struct Flush {
-    up_to: Option<u64>,
-    one_by_one: Vec<u64>,
+impl<A> Default for Book<A> {
+    fn default() -> Self {
+        Book {
+            watermark: Watermark::default(),
+            acked: BTreeMap::new(),
+            timer_started: false,
+            urgent_asked: false,
+        }
+    }
+}
+
+/// The acks a flush sends, each through its delivery's `Acker`: one multiple ack, then single acks
+/// of units held behind a unit that is not settled.
+struct Flush<A = Acker> {
+    up_to: Option<(u64, A)>,
+    one_by_one: Vec<(u64, A)>,
 }
 
 impl ChannelAcks {
@@ -107,20 +124,17 @@ impl ChannelAcks {
             .map_err(|e| TransportError::new("tracking the delivery tag", e))
     }
 
-    /// The unit with `tag` is acknowledged: its ack waits for the next flush. Fails as a per-unit
-    /// ack does when the channel is already gone (the broker delivers the unit again).
-    pub(super) async fn ack(&self, tag: u64) -> Result<(), TransportError> {
-        if !self.channel.status().connected() {
-            return Err(TransportError::msg(
-                "acknowledging (basic.ack)",
-                "not sent: the channel is closed; the broker will deliver the unit again",
-            )
-            .with_kind(TransportErrorKind::ConnectionLost));
+    /// The unit with `tag` is acknowledged through `acker`, its delivery's: the ack waits for the
+    /// next flush. Fails as a per-unit ack does when the channel incarnation it came on is gone —
+    /// closed, or lost (and perhaps recovered by lapin since): the broker delivers the unit again.
+    pub(super) async fn ack(&self, tag: u64, acker: Acker) -> Result<(), TransportError> {
+        if acker.poisoned() || !self.channel.status().connected() {
+            return Err(not_sent());
         }
         let urgent = {
             let mut book = self.book();
             if book.finish(tag) {
-                book.acked.insert(tag);
+                book.acked.insert(tag, acker);
             }
             self.start_timer(&mut book);
             let urgent = book.acked.len() >= self.urgent_at && !book.urgent_asked;
@@ -170,29 +184,19 @@ impl ChannelAcks {
             book.take(self.urgent_at)
         };
         let mut sent = Ok(());
-        if let Some(tag) = up_to {
-            sent = self.send(tag, true).await;
+        if let Some((_, acker)) = up_to {
+            sent = send(&acker, true).await;
         }
-        for tag in one_by_one {
+        for (_, acker) in one_by_one {
             if sent.is_err() {
                 break;
             }
-            sent = self.send(tag, false).await;
+            sent = send(&acker, false).await;
         }
         if let Err(error) = &sent {
             tracing::debug!(%error, "acknowledgements not sent; the broker will deliver their units again");
         }
         sent
-    }
-
-    async fn send(&self, tag: u64, multiple: bool) -> Result<(), TransportError> {
-        self.channel
-            .basic_ack(tag, BasicAckOptions { multiple })
-            .await
-            .map_err(|e| {
-                TransportError::new("acknowledging (basic.ack)", e)
-                    .with_kind(TransportErrorKind::ConnectionLost)
-            })
     }
 
     /// Flushes `flush_every` after an ack starts the timer, or at once when it is urgent. Once
@@ -230,7 +234,7 @@ impl ChannelAcks {
     }
 }
 
-impl Book {
+impl<A> Book<A> {
     /// Records the unit with `tag` settled; `false` for a tag not in flight, which is not sent.
     fn finish(&mut self, tag: u64) -> bool {
         match self.watermark.finish(tag) {
@@ -246,18 +250,39 @@ impl Book {
 
     /// The acks to send now: up to the highest acknowledged tag the watermark passed, and, when
     /// `hold_at` or more acks are held behind a unit not settled, those one by one.
-    fn take(&mut self, hold_at: usize) -> Flush {
-        let mut flush = Flush::default();
+    fn take(&mut self, hold_at: usize) -> Flush<A> {
+        let mut flush = Flush {
+            up_to: None,
+            one_by_one: Vec::new(),
+        };
         if let Some(next) = self.watermark.committable() {
             let held = self.acked.split_off(&next);
-            flush.up_to = self.acked.last().copied();
-            self.acked = held;
+            flush.up_to = std::mem::replace(&mut self.acked, held).pop_last();
         }
         if self.acked.len() >= hold_at {
             flush.one_by_one = std::mem::take(&mut self.acked).into_iter().collect();
         }
         flush
     }
+}
+
+/// Sends the ack of `acker`'s delivery (and, `multiple`, of every one before it on the channel)
+/// — unless the channel incarnation it came on is gone: then nothing is sent.
+async fn send(acker: &Acker, multiple: bool) -> Result<(), TransportError> {
+    match acker.ack(BasicAckOptions { multiple }).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(not_sent()),
+        Err(e) => Err(TransportError::new("acknowledging (basic.ack)", e)
+            .with_kind(TransportErrorKind::ConnectionLost)),
+    }
+}
+
+fn not_sent() -> TransportError {
+    TransportError::msg(
+        "acknowledging (basic.ack)",
+        "not sent: the channel was closed or lost; the broker will deliver the unit again",
+    )
+    .with_kind(TransportErrorKind::ConnectionLost)
 }
 
 /// How a [`RabbitSource`](super::RabbitSource) acknowledges its units, set with
@@ -271,6 +296,10 @@ impl Book {
 /// behind a slow one are acknowledged one by one once half the prefetch waits, so a slow unit
 /// never stalls the consumer. One frame acknowledges many units: less work for the broker and the
 /// client on every unit.
+///
+/// Every ack goes out through its own delivery's lapin `Acker`, so an ack of a channel that was
+/// lost is never sent, also when lapin recovered the channel since (`enable_auto_recover` on your
+/// own connection): the broker delivers that unit again.
 ///
 /// **The trade-off**: an ack not yet sent when the process dies (or its connection is lost) is
 /// lost with it, and the broker delivers that unit again — at most `flush_every` or half the
@@ -336,7 +365,7 @@ impl Default for AckMode {
 mod tests {
     use super::*;
 
-    fn book(tags: impl IntoIterator<Item = u64>) -> Book {
+    fn book(tags: impl IntoIterator<Item = u64>) -> Book<()> {
         let mut book = Book::default();
         for tag in tags {
             book.watermark.track(tag).unwrap();
@@ -344,9 +373,18 @@ mod tests {
         book
     }
 
-    fn ack(book: &mut Book, tag: u64) {
+    fn ack(book: &mut Book<()>, tag: u64) {
         assert!(book.finish(tag));
-        book.acked.insert(tag);
+        book.acked.insert(tag, ());
+    }
+
+    /// The tags of what a flush sends now: the multiple ack's, and the single ones.
+    fn take(book: &mut Book<()>, hold_at: usize) -> (Option<u64>, Vec<u64>) {
+        let flush = book.take(hold_at);
+        (
+            flush.up_to.map(|(tag, ())| tag),
+            flush.one_by_one.into_iter().map(|(tag, ())| tag).collect(),
+        )
     }
 
     #[test]
@@ -355,11 +393,9 @@ mod tests {
         for tag in [2, 3, 4, 5] {
             ack(&mut book, tag);
         }
-        let flush = book.take(100);
-        assert_eq!(flush.up_to, None, "tag 1 still runs");
-        assert!(flush.one_by_one.is_empty());
+        assert_eq!(take(&mut book, 100), (None, vec![]), "tag 1 still runs");
         ack(&mut book, 1);
-        assert_eq!(book.take(100).up_to, Some(5));
+        assert_eq!(take(&mut book, 100).0, Some(5));
     }
 
     #[test]
@@ -368,10 +404,13 @@ mod tests {
         ack(&mut book, 1);
         ack(&mut book, 2);
         assert!(book.finish(4)); // returned: the broker no longer holds it
-        assert_eq!(book.take(100).up_to, Some(2), "3 still runs");
+        assert_eq!(take(&mut book, 100).0, Some(2), "3 still runs");
         assert!(book.finish(3)); // returned too
-        let flush = book.take(100);
-        assert_eq!(flush.up_to, None, "nothing acknowledged left to send");
+        assert_eq!(
+            take(&mut book, 100),
+            (None, vec![]),
+            "nothing acknowledged left to send"
+        );
         assert!(book.acked.is_empty());
     }
 
@@ -381,8 +420,8 @@ mod tests {
         assert!(!book.finish(7));
         ack(&mut book, 1);
         assert!(!book.finish(1));
-        assert_eq!(book.take(100).up_to, Some(1));
-        assert_eq!(book.take(100).up_to, None);
+        assert_eq!(take(&mut book, 100).0, Some(1));
+        assert_eq!(take(&mut book, 100).0, None);
     }
 
     #[test]
@@ -391,12 +430,14 @@ mod tests {
         for tag in 2..=10 {
             ack(&mut book, tag);
         }
-        assert_eq!(book.take(10).one_by_one, Vec::<u64>::new());
-        let flush = book.take(9);
-        assert_eq!(flush.up_to, None, "tag 1 still holds the watermark");
-        assert_eq!(flush.one_by_one, (2..=10).collect::<Vec<_>>());
+        assert_eq!(take(&mut book, 10), (None, vec![]));
+        assert_eq!(
+            take(&mut book, 9),
+            (None, (2..=10).collect()),
+            "tag 1 still holds the watermark"
+        );
         // Once the slow unit is acked, only it is left to send.
         ack(&mut book, 1);
-        assert_eq!(book.take(9).up_to, Some(1));
+        assert_eq!(take(&mut book, 9).0, Some(1));
     }
 }
