@@ -18,6 +18,10 @@
 //!   deliveries never fills with units already done. If those are held behind a unit still
 //!   running (a slow handler), they are acknowledged one by one instead: the slow unit holds the
 //!   watermark, not the consumer;
+//! - one by one too once acks have waited [`AckMode::Coalesced`]'s `hold_for` behind a unit not
+//!   settled, however few they are: a unit that kills the process after running that long (poison
+//!   in a crash loop) takes no unit applied meanwhile down with it, to be delivered again and
+//!   counted with it towards the delivery limit;
 //! - at shutdown ([`RabbitSource::stop`](super::RabbitSource)), after which every ack is sent as
 //!   it comes.
 //!
@@ -38,6 +42,7 @@ use std::time::Duration;
 use lapin::options::BasicAckOptions;
 use lapin::{Acker, Channel};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::offset::Watermark;
@@ -57,6 +62,8 @@ pub(super) struct ChannelAcks {
     /// After [`stop`](Self::stop): every ack is sent as it comes.
     eager: AtomicBool,
     flush_every: Duration,
+    /// How long acks may wait behind a unit not settled before they are sent one by one.
+    hold_for: Duration,
     /// How many acks may wait before a flush is urgent: half the prefetch.
     urgent_at: usize,
 }
@@ -69,6 +76,8 @@ struct Book<A = Acker> {
     /// Tags acknowledged by the runtime and not yet sent to the broker, each with its delivery's
     /// `Acker`, which sends nothing once the channel incarnation it came on is gone.
     acked: BTreeMap<u64, A>,
+    /// Since when acks wait behind a unit not settled (as first seen by a flush).
+    held_since: Option<Instant>,
     /// The flush timer was started for the acks waiting.
     timer_started: bool,
     /// An urgent flush was asked for.
@@ -80,6 +89,7 @@ impl<A> Default for Book<A> {
         Book {
             watermark: Watermark::default(),
             acked: BTreeMap::new(),
+            held_since: None,
             timer_started: false,
             urgent_asked: false,
         }
@@ -98,7 +108,7 @@ impl ChannelAcks {
     /// (with the channel).
     pub(super) fn start(
         channel: Channel,
-        flush_every: Duration,
+        (flush_every, hold_for): (Duration, Duration),
         prefetch: u16,
     ) -> (Arc<Self>, DropGuard) {
         let acks = Arc::new(ChannelAcks {
@@ -109,6 +119,7 @@ impl ChannelAcks {
             urgent: Notify::new(),
             eager: AtomicBool::new(false),
             flush_every,
+            hold_for,
             urgent_at: usize::from(prefetch / 2).max(1),
         });
         let stopped = CancellationToken::new();
@@ -174,14 +185,14 @@ impl ChannelAcks {
     }
 
     /// Sends the acks the watermark allows, and single acks of units held behind one that is not
-    /// settled once half the prefetch waits.
+    /// settled once half the prefetch waits or they have waited `hold_for`.
     pub(super) async fn flush(&self) -> Result<(), TransportError> {
         let _flushing = self.flushing.lock().await;
         let Flush { up_to, one_by_one } = {
             let mut book = self.book();
             book.timer_started = false;
             book.urgent_asked = false;
-            book.take(self.urgent_at)
+            book.take(self.urgent_at, Instant::now(), self.hold_for)
         };
         let mut sent = Ok(());
         if let Some((_, acker)) = up_to {
@@ -199,19 +210,30 @@ impl ChannelAcks {
         sent
     }
 
-    /// Flushes `flush_every` after an ack starts the timer, or at once when it is urgent. Once
-    /// `stopped` (the source moved to another channel, or is gone), what waits is sent, and any
-    /// later ack of a unit of this channel is sent as it comes — if the channel is still open.
+    /// Flushes `flush_every` after an ack starts the timer, at once when it is urgent, and
+    /// `hold_for` after acks were first seen held behind a unit not settled. Once `stopped` (the
+    /// source moved to another channel, or is gone), what waits is sent, and any later ack of a
+    /// unit of this channel is sent as it comes — if the channel is still open.
     async fn flush_on_timer(self: Arc<Self>, stopped: CancellationToken) {
         loop {
-            tokio::select! {
+            let held_until = self.book().held_since.map(|since| since + self.hold_for);
+            let held_over = async {
+                match held_until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let timer = tokio::select! {
                 () = stopped.cancelled() => break,
-                () = self.due.notified() => {}
-            }
-            tokio::select! {
-                () = stopped.cancelled() => break,
-                () = tokio::time::sleep(self.flush_every) => {}
-                () = self.urgent.notified() => {}
+                () = self.due.notified() => true,
+                () = held_over => false,
+            };
+            if timer {
+                tokio::select! {
+                    () = stopped.cancelled() => break,
+                    () = tokio::time::sleep(self.flush_every) => {}
+                    () = self.urgent.notified() => {}
+                }
             }
             let _ = self.flush().await;
         }
@@ -248,9 +270,10 @@ impl<A> Book<A> {
         }
     }
 
-    /// The acks to send now: up to the highest acknowledged tag the watermark passed, and, when
-    /// `hold_at` or more acks are held behind a unit not settled, those one by one.
-    fn take(&mut self, hold_at: usize) -> Flush<A> {
+    /// The acks to send `now`: up to the highest acknowledged tag the watermark passed, and, when
+    /// `hold_at` or more acks are held behind a unit not settled or they have been held for
+    /// `hold_for` (since a flush first saw them held), those one by one.
+    fn take(&mut self, hold_at: usize, now: Instant, hold_for: Duration) -> Flush<A> {
         let mut flush = Flush {
             up_to: None,
             one_by_one: Vec::new(),
@@ -259,8 +282,14 @@ impl<A> Book<A> {
             let held = self.acked.split_off(&next);
             flush.up_to = std::mem::replace(&mut self.acked, held).pop_last();
         }
-        if self.acked.len() >= hold_at {
+        if self.acked.is_empty() {
+            self.held_since = None;
+            return flush;
+        }
+        let since = *self.held_since.get_or_insert(now);
+        if self.acked.len() >= hold_at || now.duration_since(since) >= hold_for {
             flush.one_by_one = std::mem::take(&mut self.acked).into_iter().collect();
+            self.held_since = None;
         }
         flush
     }
@@ -293,20 +322,23 @@ fn not_sent() -> TransportError {
 /// highest delivery tag below which every unit of the channel is settled — never past a unit still
 /// running, being given back or being copied to the dead letter — a short while after the first
 /// one waits (`flush_every`), at once when half the prefetch waits, and at shutdown. Units held
-/// behind a slow one are acknowledged one by one once half the prefetch waits, so a slow unit
-/// never stalls the consumer. One frame acknowledges many units: less work for the broker and the
-/// client on every unit.
+/// behind a slow one are acknowledged one by one once half the prefetch waits or once they have
+/// waited `hold_for`, so a slow unit never stalls the consumer, and a unit that kills the process
+/// (poison in a crash loop) never takes the units applied while it ran down with it. One frame
+/// acknowledges many units: less work for the broker and the client on every unit.
 ///
 /// Every ack goes out through its own delivery's lapin `Acker`, so an ack of a channel that was
 /// lost is never sent, also when lapin recovered the channel since (`enable_auto_recover` on your
 /// own connection): the broker delivers that unit again.
 ///
 /// **The trade-off**: an ack not yet sent when the process dies (or its connection is lost) is
-/// lost with it, and the broker delivers that unit again — at most `flush_every` or half the
-/// prefetch of units already applied. Rule 3 makes that harmless (a second delivery of a unit
-/// already applied changes nothing), and a graceful shutdown sends every ack first. On a quorum
-/// queue such a redelivery may count towards the delivery limit, as it does for any unit in
-/// flight at a crash.
+/// lost with it, and the broker delivers that unit again — units applied within the last
+/// `flush_every`, or behind a unit still running within the last `hold_for`, at most half the
+/// prefetch of them. Rule 3 makes that harmless (a second delivery of a unit already applied
+/// changes nothing), and a graceful shutdown sends every ack first. On a quorum queue such a
+/// redelivery counts towards the delivery limit, as it does for any unit in flight at a crash:
+/// a unit that crashes the process within `hold_for` of others finishing behind it takes them
+/// with it, so keep `hold_for` well below the time a poison unit runs before it crashes.
 ///
 /// **Per unit**: each unit's `basic.ack` is sent before its settle returns — a redelivery after a
 /// crash only for units whose ack had not been sent yet, at the cost of a frame per unit.
@@ -320,7 +352,10 @@ fn not_sent() -> TransportError {
 /// let coalesced = RabbitSource::connect(url, RabbitTopology::new("orders")).await?;
 /// let sooner = RabbitSource::connect(url, RabbitTopology::new("invoices"))
 ///     .await?
-///     .ack_mode(AckMode::Coalesced { flush_every: Duration::from_millis(1) });
+///     .ack_mode(AckMode::Coalesced {
+///         flush_every: Duration::from_millis(1),
+///         hold_for: Duration::from_millis(20),
+///     });
 /// let per_unit = RabbitSource::connect(url, RabbitTopology::new("refunds"))
 ///     .await?
 ///     .ack_mode(AckMode::PerUnit);
@@ -330,26 +365,38 @@ fn not_sent() -> TransportError {
 #[non_exhaustive]
 pub enum AckMode {
     /// A multiple ack up to the settled watermark of delivery tags, sent `flush_every` after the
-    /// first ack waiting (5 ms by default), sooner when half the prefetch waits.
+    /// first ack waiting (5 ms by default), sooner when half the prefetch waits; acks held behind
+    /// a unit not settled go one by one after `hold_for` (100 ms by default).
     Coalesced {
         /// How long an ack may wait for others to join it.
         flush_every: Duration,
+        /// How long acks may wait behind a unit not settled (still running, being given back or
+        /// copied to the dead letter) before each is sent on its own (`basic.ack` without
+        /// `multiple`). Past it, a unit that then kills the process takes none of them with it
+        /// to be delivered again and counted towards the delivery limit; below it, it does.
+        hold_for: Duration,
     },
     /// A `basic.ack` per unit, sent before its settle returns.
     PerUnit,
 }
 
 impl AckMode {
-    /// [`AckMode::Coalesced`], flushed 5 ms after the first ack waiting: the default.
+    /// [`AckMode::Coalesced`], flushed 5 ms after the first ack waiting, acks held behind a unit
+    /// not settled sent one by one after 100 ms: the default.
     pub const fn coalesced() -> Self {
         AckMode::Coalesced {
             flush_every: Duration::from_millis(5),
+            hold_for: Duration::from_millis(100),
         }
     }
 
-    pub(super) fn flush_every(self) -> Option<Duration> {
+    /// `flush_every` and `hold_for` of [`AckMode::Coalesced`].
+    pub(super) fn coalesced_timing(self) -> Option<(Duration, Duration)> {
         match self {
-            AckMode::Coalesced { flush_every } => Some(flush_every),
+            AckMode::Coalesced {
+                flush_every,
+                hold_for,
+            } => Some((flush_every, hold_for)),
             AckMode::PerUnit => None,
         }
     }
@@ -364,6 +411,9 @@ impl Default for AckMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Long enough never to pass in a test that does not mean it to.
+    const LONG: Duration = Duration::from_secs(3600);
 
     fn book(tags: impl IntoIterator<Item = u64>) -> Book<()> {
         let mut book = Book::default();
@@ -380,7 +430,16 @@ mod tests {
 
     /// The tags of what a flush sends now: the multiple ack's, and the single ones.
     fn take(book: &mut Book<()>, hold_at: usize) -> (Option<u64>, Vec<u64>) {
-        let flush = book.take(hold_at);
+        take_at(book, hold_at, Instant::now(), LONG)
+    }
+
+    fn take_at(
+        book: &mut Book<()>,
+        hold_at: usize,
+        now: Instant,
+        hold_for: Duration,
+    ) -> (Option<u64>, Vec<u64>) {
+        let flush = book.take(hold_at, now, hold_for);
         (
             flush.up_to.map(|(tag, ())| tag),
             flush.one_by_one.into_iter().map(|(tag, ())| tag).collect(),
@@ -439,5 +498,36 @@ mod tests {
         // Once the slow unit is acked, only it is left to send.
         ack(&mut book, 1);
         assert_eq!(take(&mut book, 9).0, Some(1));
+    }
+
+    #[test]
+    fn acks_held_for_hold_for_go_one_by_one_however_few() {
+        let hold_for = Duration::from_millis(100);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut book = book(1..=6);
+        ack(&mut book, 2);
+        ack(&mut book, 3);
+        assert_eq!(take_at(&mut book, 100, at(0), hold_for), (None, vec![]));
+        assert_eq!(book.held_since, Some(at(0)), "held since this flush");
+        ack(&mut book, 4);
+        assert_eq!(take_at(&mut book, 100, at(99), hold_for), (None, vec![]));
+        assert_eq!(
+            take_at(&mut book, 100, at(100), hold_for),
+            (None, vec![2, 3, 4]),
+            "held 100 ms behind tag 1: sent on their own"
+        );
+        assert_eq!(book.held_since, None);
+        // Held again: counted from the flush that sees them held.
+        ack(&mut book, 5);
+        assert_eq!(take_at(&mut book, 100, at(150), hold_for), (None, vec![]));
+        assert_eq!(book.held_since, Some(at(150)));
+        // The slow unit settles: the multiple ack passes it, nothing is held any more.
+        ack(&mut book, 1);
+        assert_eq!(
+            take_at(&mut book, 100, at(160), hold_for),
+            (Some(5), vec![])
+        );
+        assert_eq!(book.held_since, None);
     }
 }
