@@ -2,8 +2,12 @@
 //! running. A slow unit with a low delivery tag runs while the units after it finish; the
 //! consumer — this test binary run again as a child process, in the ignored test
 //! `slow_unit_child` — is killed with SIGKILL once they did. The slow unit must come back, and
-//! every unit be applied at least once. Run in both ack modes. Fails, never skips, when the broker
-//! is unreachable.
+//! every unit be applied at least once. Run per unit, coalesced with acks held behind the slow
+//! unit as long as it runs (only the multiple ack moves), and coalesced with the default
+//! `hold_for`, after which they are acknowledged one by one. And a unit that aborts its consumer
+//! on every delivery (a crash loop) is dead-lettered alone: the units applied while it ran are
+//! acknowledged before it crashes, not held behind it. Fails, never skips, when the broker is
+//! unreachable.
 #![cfg(feature = "lapin")]
 
 #[path = "support/rabbitmq.rs"]
@@ -15,8 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use delivery::rabbitmq::{AckMode, ConfirmedPublisher, RabbitSource, RabbitTopology};
-use delivery::{Consumer, HandlerError, State, Unit, UnitId, consumer};
+use delivery::dead_letter::DeadLetters;
+use delivery::rabbitmq::{
+    AckMode, ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology,
+};
+use delivery::{Consumer, HandlerError, State, UnitId, consumer};
 
 const SLOW: &str = "slow";
 /// Units before the slow one (lower tags), and after it.
@@ -73,6 +80,11 @@ async fn slow_unit_child() {
     };
     let mode = match acks.as_str() {
         "per-unit" => AckMode::PerUnit,
+        // Acks held behind a unit not settled for as long as it takes: only the watermark moves.
+        "held" => AckMode::Coalesced {
+            flush_every: Duration::from_millis(5),
+            hold_for: Duration::from_secs(3600),
+        },
         _ => AckMode::coalesced(),
     };
     let source = RabbitSource::connect(amqp_url(), topology(&queue))
@@ -101,24 +113,35 @@ impl Drop for ChildConsumer {
     }
 }
 
-fn start(queue: &str, applied: &Path, slow_for_ms: u64, acks: &str) -> ChildConsumer {
+/// This test binary run again as a child process: only the ignored test `child`, with `env`.
+fn spawn_child(child: &str, env: &[(&str, &std::ffi::OsStr)]) -> ChildConsumer {
     ChildConsumer(
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
                 "--exact",
-                "slow_unit_child",
+                child,
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("SLOW_QUEUE", queue)
-            .env("SLOW_APPLIED", applied)
-            .env("SLOW_FOR_MS", slow_for_ms.to_string())
-            .env("SLOW_ACKS", acks)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("starting the child consumer"),
+    )
+}
+
+fn start(queue: &str, applied: &Path, slow_for_ms: u64, acks: &str) -> ChildConsumer {
+    let slow_for_ms = slow_for_ms.to_string();
+    spawn_child(
+        "slow_unit_child",
+        &[
+            ("SLOW_QUEUE", queue.as_ref()),
+            ("SLOW_APPLIED", applied.as_ref()),
+            ("SLOW_FOR_MS", slow_for_ms.as_ref()),
+            ("SLOW_ACKS", acks.as_ref()),
+        ],
     )
 }
 
@@ -159,17 +182,7 @@ async fn slow_unit_across_a_sigkill(name: &str, acks: &str) -> BTreeSet<String> 
         .chain([SLOW.to_owned()])
         .chain((BEFORE..BEFORE + AFTER).map(fast))
         .collect();
-    for id in &ids {
-        let unit = Unit::new(id.as_str(), format!("{{\"id\":\"{id}\"}}"));
-        publisher
-            .publish(
-                &queue,
-                unit.payload(),
-                delivery::rabbitmq::properties_of(&unit),
-            )
-            .await
-            .unwrap();
-    }
+    rabbitmq::publish_ids(&publisher, &queue, &ids).await;
     let dir = std::env::temp_dir().join(&queue);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -245,7 +258,9 @@ async fn slow_unit_across_a_sigkill(name: &str, acks: &str) -> BTreeSet<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn coalesced_acks_never_pass_a_unit_still_running() {
-    let again = slow_unit_across_a_sigkill("coalesced", "coalesced").await;
+    // Acks held behind it as long as it runs (`hold_for` an hour), so the multiple ack is all
+    // that moves.
+    let again = slow_unit_across_a_sigkill("coalesced", "held").await;
     assert!(again.contains(SLOW), "the slow unit was delivered again");
     // The units before it were settled, so the watermark passed them and their multiple ack went
     // out while it ran; the units after it were held behind it, unacknowledged, and come back.
@@ -261,6 +276,18 @@ async fn coalesced_acks_never_pass_a_unit_still_running() {
     }
 }
 
+/// The default `hold_for` (100 ms): the units after the slow one wait behind it that long, then
+/// are acknowledged one by one while it still runs, and only the slow unit comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_acks_held_behind_a_slow_unit_go_one_by_one_after_hold_for() {
+    let again = slow_unit_across_a_sigkill("hold-for", "coalesced").await;
+    assert_eq!(
+        again,
+        BTreeSet::from([SLOW.to_owned(), "slow-started".to_owned()]),
+        "the units after the slow one were acknowledged on their own after hold_for"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_unit_acks_redeliver_only_the_unit_still_running() {
     let again = slow_unit_across_a_sigkill("per-unit", "per-unit").await;
@@ -268,5 +295,149 @@ async fn per_unit_acks_redeliver_only_the_unit_still_running() {
         again,
         BTreeSet::from([SLOW.to_owned(), "slow-started".to_owned()]),
         "each fast unit was acknowledged on its own"
+    );
+}
+
+/// A unit that kills its consumer, in a crash loop, takes only itself to the dead letter: units
+/// applied while it ran are acknowledged before the crash, not held behind its tag until
+/// half the prefetch waits (they would come back with it on every crash, and reach the delivery
+/// limit with it). Consumers (children, `poison_unit_child`) are started again until it is
+/// dead-lettered.
+const POISON: &str = "poison";
+/// Fast units published after the poison one (higher tags, far below half the prefetch).
+const GOOD_AFTER_POISON: usize = 10;
+
+fn poison_topology(queue: &str) -> RabbitTopology {
+    RabbitTopology::new(queue).delivery_limit(2)
+}
+
+fn good(i: usize) -> String {
+    format!("g-{i:02}")
+}
+
+/// Records each unit applied; the poison unit runs 300 ms, then aborts the process.
+#[consumer]
+async fn apply_or_crash(id: UnitId, State(applied): State<PathBuf>) -> Result<(), HandlerError> {
+    if id.as_str() == POISON {
+        record(&applied, "poison-started")?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::process::abort();
+    }
+    record(&applied, id.as_str())
+}
+
+/// The consumer the crash-loop test runs as a child process (`POISON_QUEUE`, `POISON_APPLIED`);
+/// does nothing when run on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the crash-loop test as a child process"]
+async fn poison_unit_child() {
+    let (Ok(queue), Ok(applied)) = (
+        std::env::var("POISON_QUEUE"),
+        std::env::var("POISON_APPLIED"),
+    ) else {
+        return;
+    };
+    let source = RabbitSource::connect(amqp_url(), poison_topology(&queue))
+        .await
+        .unwrap()
+        .ack_mode(AckMode::coalesced());
+    Consumer::new(source)
+        .concurrency(8)
+        .state(PathBuf::from(applied))
+        .run(apply_or_crash)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_unit_in_a_crash_loop_dead_letters_only_itself() {
+    let queue = format!("rmq-acks-poison-{}", std::process::id());
+    let topology = poison_topology(&queue);
+    let dead_letter_queue = topology.dead_letter_queue_name();
+    let connection = rabbitmq::fresh(&amqp_url(), &topology).await;
+    let publisher = ConfirmedPublisher::new(amqp_url());
+    let ids: Vec<String> = [POISON.to_owned()]
+        .into_iter()
+        .chain((0..GOOD_AFTER_POISON).map(good))
+        .collect();
+    rabbitmq::publish_ids(&publisher, &queue, &ids).await;
+    let dir = std::env::temp_dir().join(&queue);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("applied");
+
+    let mut crashes = 0;
+    loop {
+        let mut child = spawn_child(
+            "poison_unit_child",
+            &[
+                ("POISON_QUEUE", queue.as_ref()),
+                ("POISON_APPLIED", file.as_ref()),
+            ],
+        );
+        // Until the poison unit kills it, or is dead-lettered and every unit is settled.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let crashed = loop {
+            if child.0.try_wait().unwrap().is_some() {
+                break true;
+            }
+            let (dead, _) = rabbitmq::queue_counts(&connection, &dead_letter_queue).await;
+            let (ready, _) = rabbitmq::queue_counts(&connection, &queue).await;
+            if dead >= 1 && ready == 0 {
+                break false;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {}: neither crashed nor done within 60 s",
+                crashes + 1
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if !crashed {
+            // Quiet: what it received is applied once its file stops growing; then a graceful stop.
+            let mut seen = applied(&file).len();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let now = applied(&file).len();
+                if now == seen {
+                    break;
+                }
+                seen = now;
+            }
+            let status = Command::new("kill")
+                .args(["-TERM", &child.0.id().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            child.0.wait().unwrap();
+            break;
+        }
+        crashes += 1;
+        assert!(crashes <= 6, "the poison unit was never dead-lettered");
+    }
+
+    let dead = RabbitDeadLetters::new(amqp_url(), &topology);
+    let listed: BTreeSet<String> = dead
+        .list(100, None)
+        .await
+        .unwrap()
+        .records
+        .iter()
+        .map(|record| record.id().as_str().to_owned())
+        .collect();
+    let (ready, _) = rabbitmq::queue_counts(&connection, &queue).await;
+    let everything_applied = applied(&file);
+    rabbitmq::delete_queues(&connection, [queue.as_str(), &dead_letter_queue]).await;
+    let _ = connection.close(200, "ok".into()).await;
+    publisher.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(ready, 0, "every good unit acknowledged");
+    for i in 0..GOOD_AFTER_POISON {
+        assert!(everything_applied.contains(&good(i)), "{} applied", good(i));
+    }
+    assert_eq!(
+        listed,
+        BTreeSet::from([POISON.to_owned()]),
+        "the dead letter holds exactly the poison unit (after {crashes} crashes)"
     );
 }

@@ -105,6 +105,7 @@ pub fn ack_modes() -> Vec<(&'static str, delivery::rabbitmq::AckMode)> {
     {
         Some(ms) => delivery::rabbitmq::AckMode::Coalesced {
             flush_every: std::time::Duration::from_millis(ms),
+            hold_for: std::time::Duration::from_millis(100),
         },
         None => delivery::rabbitmq::AckMode::coalesced(),
     };

@@ -51,3 +51,23 @@ pub async fn queue_counts(connection: &Connection, queue: &str) -> (u64, u64) {
         .unwrap();
     (u64::from(q.message_count()), u64::from(q.consumer_count()))
 }
+
+/// Publishes a unit `{"id": id}` per id to `queue`, in order, each confirmed.
+pub async fn publish_ids(
+    publisher: &delivery::rabbitmq::ConfirmedPublisher,
+    queue: &str,
+    ids: impl IntoIterator<Item = impl AsRef<str>>,
+) {
+    for id in ids {
+        let id = id.as_ref();
+        let unit = delivery::Unit::new(id, format!("{{\"id\":\"{id}\"}}"));
+        publisher
+            .publish(
+                queue,
+                unit.payload(),
+                delivery::rabbitmq::properties_of(&unit),
+            )
+            .await
+            .unwrap();
+    }
+}

@@ -18,21 +18,31 @@
 //!   deliveries never fills with units already done. If those are held behind a unit still
 //!   running (a slow handler), they are acknowledged one by one instead: the slow unit holds the
 //!   watermark, not the consumer;
+//! - one by one too once acks have waited [`AckMode::Coalesced`]'s `hold_for` behind a unit not
+//!   settled, however few they are: a unit that kills the process after running that long (poison
+//!   in a crash loop) takes no unit applied meanwhile down with it, to be delivered again and
+//!   counted with it towards the delivery limit;
 //! - at shutdown ([`RabbitSource::stop`](super::RabbitSource)), after which every ack is sent as
 //!   it comes.
 //!
-//! Tags are the channel's: a new channel (a reconnect) is a new tag space and a new `ChannelAcks`.
-//! The acks the old one had not sent are void with it, and the broker delivers those units again,
-//! which their idempotent effect makes harmless (rule 3).
+//! Tags are those of one channel *incarnation*: a new channel (a reconnect) is a new tag space and
+//! a new `ChannelAcks`, and so is lapin's auto-recovery (`ConnectionProperties::enable_auto_recover`)
+//! of the same `Channel`: it consumes again there, its tags starting over at 1, and an ack of the
+//! lost incarnation sent by number would settle units of the new one that nobody handled. So every
+//! ack goes out through the lapin `Acker` of its own delivery — a multiple ack through the one of
+//! its highest tag — which lapin poisons when the incarnation ends: an ack of a lost incarnation is
+//! sent nowhere. The acks the old one had not sent are void with it, and the broker delivers those
+//! units again, which their idempotent effect makes harmless (rule 3).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lapin::Channel;
 use lapin::options::BasicAckOptions;
+use lapin::{Acker, Channel};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::offset::Watermark;
@@ -40,6 +50,7 @@ use crate::transport::{TransportError, TransportErrorKind};
 
 /// The acknowledgements of one consuming channel in [`AckMode::Coalesced`].
 pub(super) struct ChannelAcks {
+    /// Kept open while units of it are in flight, so that their acks still count.
     channel: Channel,
     book: Mutex<Book>,
     /// Serializes flushes, so multiple acks go out in increasing order.
@@ -51,29 +62,45 @@ pub(super) struct ChannelAcks {
     /// After [`stop`](Self::stop): every ack is sent as it comes.
     eager: AtomicBool,
     flush_every: Duration,
+    /// How long acks may wait behind a unit not settled before they are sent one by one.
+    hold_for: Duration,
     /// How many acks may wait before a flush is urgent: half the prefetch.
     urgent_at: usize,
 }
 
-/// What the channel's units have settled, and which of their acks are not sent yet.
-#[derive(Default)]
-struct Book {
+/// What the channel's units have settled, and which of their acks are not sent yet (each with
+/// the handle `A` that sends it: its delivery's `Acker`).
+struct Book<A = Acker> {
     /// Every delivery tag received, finished once its unit is settled.
     watermark: Watermark,
-    /// Tags acknowledged by the runtime and not yet sent to the broker.
-    acked: BTreeSet<u64>,
+    /// Tags acknowledged by the runtime and not yet sent to the broker, each with its delivery's
+    /// `Acker`, which sends nothing once the channel incarnation it came on is gone.
+    acked: BTreeMap<u64, A>,
+    /// Since when acks wait behind a unit not settled (as first seen by a flush).
+    held_since: Option<Instant>,
     /// The flush timer was started for the acks waiting.
     timer_started: bool,
     /// An urgent flush was asked for.
     urgent_asked: bool,
 }
 
-/// The acks a flush sends: one multiple ack, then single acks of units held behind a unit that is
-/// not settled.
-#[derive(Default)]
-struct Flush {
-    up_to: Option<u64>,
-    one_by_one: Vec<u64>,
+impl<A> Default for Book<A> {
+    fn default() -> Self {
+        Book {
+            watermark: Watermark::default(),
+            acked: BTreeMap::new(),
+            held_since: None,
+            timer_started: false,
+            urgent_asked: false,
+        }
+    }
+}
+
+/// The acks a flush sends, each through its delivery's `Acker`: one multiple ack, then single acks
+/// of units held behind a unit that is not settled.
+struct Flush<A = Acker> {
+    up_to: Option<(u64, A)>,
+    one_by_one: Vec<(u64, A)>,
 }
 
 impl ChannelAcks {
@@ -81,7 +108,7 @@ impl ChannelAcks {
     /// (with the channel).
     pub(super) fn start(
         channel: Channel,
-        flush_every: Duration,
+        (flush_every, hold_for): (Duration, Duration),
         prefetch: u16,
     ) -> (Arc<Self>, DropGuard) {
         let acks = Arc::new(ChannelAcks {
@@ -92,6 +119,7 @@ impl ChannelAcks {
             urgent: Notify::new(),
             eager: AtomicBool::new(false),
             flush_every,
+            hold_for,
             urgent_at: usize::from(prefetch / 2).max(1),
         });
         let stopped = CancellationToken::new();
@@ -107,20 +135,17 @@ impl ChannelAcks {
             .map_err(|e| TransportError::new("tracking the delivery tag", e))
     }
 
-    /// The unit with `tag` is acknowledged: its ack waits for the next flush. Fails as a per-unit
-    /// ack does when the channel is already gone (the broker delivers the unit again).
-    pub(super) async fn ack(&self, tag: u64) -> Result<(), TransportError> {
-        if !self.channel.status().connected() {
-            return Err(TransportError::msg(
-                "acknowledging (basic.ack)",
-                "not sent: the channel is closed; the broker will deliver the unit again",
-            )
-            .with_kind(TransportErrorKind::ConnectionLost));
+    /// The unit with `tag` is acknowledged through `acker`, its delivery's: the ack waits for the
+    /// next flush. Fails as a per-unit ack does when the channel incarnation it came on is gone —
+    /// closed, or lost (and perhaps recovered by lapin since): the broker delivers the unit again.
+    pub(super) async fn ack(&self, tag: u64, acker: Acker) -> Result<(), TransportError> {
+        if acker.poisoned() || !self.channel.status().connected() {
+            return Err(not_sent());
         }
         let urgent = {
             let mut book = self.book();
             if book.finish(tag) {
-                book.acked.insert(tag);
+                book.acked.insert(tag, acker);
             }
             self.start_timer(&mut book);
             let urgent = book.acked.len() >= self.urgent_at && !book.urgent_asked;
@@ -160,24 +185,24 @@ impl ChannelAcks {
     }
 
     /// Sends the acks the watermark allows, and single acks of units held behind one that is not
-    /// settled once half the prefetch waits.
+    /// settled once half the prefetch waits or they have waited `hold_for`.
     pub(super) async fn flush(&self) -> Result<(), TransportError> {
         let _flushing = self.flushing.lock().await;
         let Flush { up_to, one_by_one } = {
             let mut book = self.book();
             book.timer_started = false;
             book.urgent_asked = false;
-            book.take(self.urgent_at)
+            book.take(self.urgent_at, Instant::now(), self.hold_for)
         };
         let mut sent = Ok(());
-        if let Some(tag) = up_to {
-            sent = self.send(tag, true).await;
+        if let Some((_, acker)) = up_to {
+            sent = send(&acker, true).await;
         }
-        for tag in one_by_one {
+        for (_, acker) in one_by_one {
             if sent.is_err() {
                 break;
             }
-            sent = self.send(tag, false).await;
+            sent = send(&acker, false).await;
         }
         if let Err(error) = &sent {
             tracing::debug!(%error, "acknowledgements not sent; the broker will deliver their units again");
@@ -185,29 +210,30 @@ impl ChannelAcks {
         sent
     }
 
-    async fn send(&self, tag: u64, multiple: bool) -> Result<(), TransportError> {
-        self.channel
-            .basic_ack(tag, BasicAckOptions { multiple })
-            .await
-            .map_err(|e| {
-                TransportError::new("acknowledging (basic.ack)", e)
-                    .with_kind(TransportErrorKind::ConnectionLost)
-            })
-    }
-
-    /// Flushes `flush_every` after an ack starts the timer, or at once when it is urgent. Once
-    /// `stopped` (the source moved to another channel, or is gone), what waits is sent, and any
-    /// later ack of a unit of this channel is sent as it comes — if the channel is still open.
+    /// Flushes `flush_every` after an ack starts the timer, at once when it is urgent, and
+    /// `hold_for` after acks were first seen held behind a unit not settled. Once `stopped` (the
+    /// source moved to another channel, or is gone), what waits is sent, and any later ack of a
+    /// unit of this channel is sent as it comes — if the channel is still open.
     async fn flush_on_timer(self: Arc<Self>, stopped: CancellationToken) {
         loop {
-            tokio::select! {
+            let held_until = self.book().held_since.map(|since| since + self.hold_for);
+            let held_over = async {
+                match held_until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let timer = tokio::select! {
                 () = stopped.cancelled() => break,
-                () = self.due.notified() => {}
-            }
-            tokio::select! {
-                () = stopped.cancelled() => break,
-                () = tokio::time::sleep(self.flush_every) => {}
-                () = self.urgent.notified() => {}
+                () = self.due.notified() => true,
+                () = held_over => false,
+            };
+            if timer {
+                tokio::select! {
+                    () = stopped.cancelled() => break,
+                    () = tokio::time::sleep(self.flush_every) => {}
+                    () = self.urgent.notified() => {}
+                }
             }
             let _ = self.flush().await;
         }
@@ -230,7 +256,7 @@ impl ChannelAcks {
     }
 }
 
-impl Book {
+impl<A> Book<A> {
     /// Records the unit with `tag` settled; `false` for a tag not in flight, which is not sent.
     fn finish(&mut self, tag: u64) -> bool {
         match self.watermark.finish(tag) {
@@ -244,20 +270,48 @@ impl Book {
         }
     }
 
-    /// The acks to send now: up to the highest acknowledged tag the watermark passed, and, when
-    /// `hold_at` or more acks are held behind a unit not settled, those one by one.
-    fn take(&mut self, hold_at: usize) -> Flush {
-        let mut flush = Flush::default();
+    /// The acks to send `now`: up to the highest acknowledged tag the watermark passed, and, when
+    /// `hold_at` or more acks are held behind a unit not settled or they have been held for
+    /// `hold_for` (since a flush first saw them held), those one by one.
+    fn take(&mut self, hold_at: usize, now: Instant, hold_for: Duration) -> Flush<A> {
+        let mut flush = Flush {
+            up_to: None,
+            one_by_one: Vec::new(),
+        };
         if let Some(next) = self.watermark.committable() {
             let held = self.acked.split_off(&next);
-            flush.up_to = self.acked.last().copied();
-            self.acked = held;
+            flush.up_to = std::mem::replace(&mut self.acked, held).pop_last();
         }
-        if self.acked.len() >= hold_at {
+        if self.acked.is_empty() {
+            self.held_since = None;
+            return flush;
+        }
+        let since = *self.held_since.get_or_insert(now);
+        if self.acked.len() >= hold_at || now.duration_since(since) >= hold_for {
             flush.one_by_one = std::mem::take(&mut self.acked).into_iter().collect();
+            self.held_since = None;
         }
         flush
     }
+}
+
+/// Sends the ack of `acker`'s delivery (and, `multiple`, of every one before it on the channel)
+/// — unless the channel incarnation it came on is gone: then nothing is sent.
+async fn send(acker: &Acker, multiple: bool) -> Result<(), TransportError> {
+    match acker.ack(BasicAckOptions { multiple }).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(not_sent()),
+        Err(e) => Err(TransportError::new("acknowledging (basic.ack)", e)
+            .with_kind(TransportErrorKind::ConnectionLost)),
+    }
+}
+
+fn not_sent() -> TransportError {
+    TransportError::msg(
+        "acknowledging (basic.ack)",
+        "not sent: the channel was closed or lost; the broker will deliver the unit again",
+    )
+    .with_kind(TransportErrorKind::ConnectionLost)
 }
 
 /// How a [`RabbitSource`](super::RabbitSource) acknowledges its units, set with
@@ -268,16 +322,23 @@ impl Book {
 /// highest delivery tag below which every unit of the channel is settled — never past a unit still
 /// running, being given back or being copied to the dead letter — a short while after the first
 /// one waits (`flush_every`), at once when half the prefetch waits, and at shutdown. Units held
-/// behind a slow one are acknowledged one by one once half the prefetch waits, so a slow unit
-/// never stalls the consumer. One frame acknowledges many units: less work for the broker and the
-/// client on every unit.
+/// behind a slow one are acknowledged one by one once half the prefetch waits or once they have
+/// waited `hold_for`, so a slow unit never stalls the consumer, and a unit that kills the process
+/// (poison in a crash loop) never takes the units applied while it ran down with it. One frame
+/// acknowledges many units: less work for the broker and the client on every unit.
+///
+/// Every ack goes out through its own delivery's lapin `Acker`, so an ack of a channel that was
+/// lost is never sent, also when lapin recovered the channel since (`enable_auto_recover` on your
+/// own connection): the broker delivers that unit again.
 ///
 /// **The trade-off**: an ack not yet sent when the process dies (or its connection is lost) is
-/// lost with it, and the broker delivers that unit again — at most `flush_every` or half the
-/// prefetch of units already applied. Rule 3 makes that harmless (a second delivery of a unit
-/// already applied changes nothing), and a graceful shutdown sends every ack first. On a quorum
-/// queue such a redelivery may count towards the delivery limit, as it does for any unit in
-/// flight at a crash.
+/// lost with it, and the broker delivers that unit again — units applied within the last
+/// `flush_every`, or behind a unit still running within the last `hold_for`, at most half the
+/// prefetch of them. Rule 3 makes that harmless (a second delivery of a unit already applied
+/// changes nothing), and a graceful shutdown sends every ack first. On a quorum queue such a
+/// redelivery counts towards the delivery limit, as it does for any unit in flight at a crash:
+/// a unit that crashes the process within `hold_for` of others finishing behind it takes them
+/// with it, so keep `hold_for` well below the time a poison unit runs before it crashes.
 ///
 /// **Per unit**: each unit's `basic.ack` is sent before its settle returns — a redelivery after a
 /// crash only for units whose ack had not been sent yet, at the cost of a frame per unit.
@@ -291,7 +352,10 @@ impl Book {
 /// let coalesced = RabbitSource::connect(url, RabbitTopology::new("orders")).await?;
 /// let sooner = RabbitSource::connect(url, RabbitTopology::new("invoices"))
 ///     .await?
-///     .ack_mode(AckMode::Coalesced { flush_every: Duration::from_millis(1) });
+///     .ack_mode(AckMode::Coalesced {
+///         flush_every: Duration::from_millis(1),
+///         hold_for: Duration::from_millis(20),
+///     });
 /// let per_unit = RabbitSource::connect(url, RabbitTopology::new("refunds"))
 ///     .await?
 ///     .ack_mode(AckMode::PerUnit);
@@ -301,26 +365,38 @@ impl Book {
 #[non_exhaustive]
 pub enum AckMode {
     /// A multiple ack up to the settled watermark of delivery tags, sent `flush_every` after the
-    /// first ack waiting (5 ms by default), sooner when half the prefetch waits.
+    /// first ack waiting (5 ms by default), sooner when half the prefetch waits; acks held behind
+    /// a unit not settled go one by one after `hold_for` (100 ms by default).
     Coalesced {
         /// How long an ack may wait for others to join it.
         flush_every: Duration,
+        /// How long acks may wait behind a unit not settled (still running, being given back or
+        /// copied to the dead letter) before each is sent on its own (`basic.ack` without
+        /// `multiple`). Past it, a unit that then kills the process takes none of them with it
+        /// to be delivered again and counted towards the delivery limit; below it, it does.
+        hold_for: Duration,
     },
     /// A `basic.ack` per unit, sent before its settle returns.
     PerUnit,
 }
 
 impl AckMode {
-    /// [`AckMode::Coalesced`], flushed 5 ms after the first ack waiting: the default.
+    /// [`AckMode::Coalesced`], flushed 5 ms after the first ack waiting, acks held behind a unit
+    /// not settled sent one by one after 100 ms: the default.
     pub const fn coalesced() -> Self {
         AckMode::Coalesced {
             flush_every: Duration::from_millis(5),
+            hold_for: Duration::from_millis(100),
         }
     }
 
-    pub(super) fn flush_every(self) -> Option<Duration> {
+    /// `flush_every` and `hold_for` of [`AckMode::Coalesced`].
+    pub(super) fn coalesced_timing(self) -> Option<(Duration, Duration)> {
         match self {
-            AckMode::Coalesced { flush_every } => Some(flush_every),
+            AckMode::Coalesced {
+                flush_every,
+                hold_for,
+            } => Some((flush_every, hold_for)),
             AckMode::PerUnit => None,
         }
     }
@@ -336,7 +412,10 @@ impl Default for AckMode {
 mod tests {
     use super::*;
 
-    fn book(tags: impl IntoIterator<Item = u64>) -> Book {
+    /// Long enough never to pass in a test that does not mean it to.
+    const LONG: Duration = Duration::from_secs(3600);
+
+    fn book(tags: impl IntoIterator<Item = u64>) -> Book<()> {
         let mut book = Book::default();
         for tag in tags {
             book.watermark.track(tag).unwrap();
@@ -344,9 +423,27 @@ mod tests {
         book
     }
 
-    fn ack(book: &mut Book, tag: u64) {
+    fn ack(book: &mut Book<()>, tag: u64) {
         assert!(book.finish(tag));
-        book.acked.insert(tag);
+        book.acked.insert(tag, ());
+    }
+
+    /// The tags of what a flush sends now: the multiple ack's, and the single ones.
+    fn take(book: &mut Book<()>, hold_at: usize) -> (Option<u64>, Vec<u64>) {
+        take_at(book, hold_at, Instant::now(), LONG)
+    }
+
+    fn take_at(
+        book: &mut Book<()>,
+        hold_at: usize,
+        now: Instant,
+        hold_for: Duration,
+    ) -> (Option<u64>, Vec<u64>) {
+        let flush = book.take(hold_at, now, hold_for);
+        (
+            flush.up_to.map(|(tag, ())| tag),
+            flush.one_by_one.into_iter().map(|(tag, ())| tag).collect(),
+        )
     }
 
     #[test]
@@ -355,11 +452,9 @@ mod tests {
         for tag in [2, 3, 4, 5] {
             ack(&mut book, tag);
         }
-        let flush = book.take(100);
-        assert_eq!(flush.up_to, None, "tag 1 still runs");
-        assert!(flush.one_by_one.is_empty());
+        assert_eq!(take(&mut book, 100), (None, vec![]), "tag 1 still runs");
         ack(&mut book, 1);
-        assert_eq!(book.take(100).up_to, Some(5));
+        assert_eq!(take(&mut book, 100).0, Some(5));
     }
 
     #[test]
@@ -368,10 +463,13 @@ mod tests {
         ack(&mut book, 1);
         ack(&mut book, 2);
         assert!(book.finish(4)); // returned: the broker no longer holds it
-        assert_eq!(book.take(100).up_to, Some(2), "3 still runs");
+        assert_eq!(take(&mut book, 100).0, Some(2), "3 still runs");
         assert!(book.finish(3)); // returned too
-        let flush = book.take(100);
-        assert_eq!(flush.up_to, None, "nothing acknowledged left to send");
+        assert_eq!(
+            take(&mut book, 100),
+            (None, vec![]),
+            "nothing acknowledged left to send"
+        );
         assert!(book.acked.is_empty());
     }
 
@@ -381,8 +479,8 @@ mod tests {
         assert!(!book.finish(7));
         ack(&mut book, 1);
         assert!(!book.finish(1));
-        assert_eq!(book.take(100).up_to, Some(1));
-        assert_eq!(book.take(100).up_to, None);
+        assert_eq!(take(&mut book, 100).0, Some(1));
+        assert_eq!(take(&mut book, 100).0, None);
     }
 
     #[test]
@@ -391,12 +489,45 @@ mod tests {
         for tag in 2..=10 {
             ack(&mut book, tag);
         }
-        assert_eq!(book.take(10).one_by_one, Vec::<u64>::new());
-        let flush = book.take(9);
-        assert_eq!(flush.up_to, None, "tag 1 still holds the watermark");
-        assert_eq!(flush.one_by_one, (2..=10).collect::<Vec<_>>());
+        assert_eq!(take(&mut book, 10), (None, vec![]));
+        assert_eq!(
+            take(&mut book, 9),
+            (None, (2..=10).collect()),
+            "tag 1 still holds the watermark"
+        );
         // Once the slow unit is acked, only it is left to send.
         ack(&mut book, 1);
-        assert_eq!(book.take(9).up_to, Some(1));
+        assert_eq!(take(&mut book, 9).0, Some(1));
+    }
+
+    #[test]
+    fn acks_held_for_hold_for_go_one_by_one_however_few() {
+        let hold_for = Duration::from_millis(100);
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let mut book = book(1..=6);
+        ack(&mut book, 2);
+        ack(&mut book, 3);
+        assert_eq!(take_at(&mut book, 100, at(0), hold_for), (None, vec![]));
+        assert_eq!(book.held_since, Some(at(0)), "held since this flush");
+        ack(&mut book, 4);
+        assert_eq!(take_at(&mut book, 100, at(99), hold_for), (None, vec![]));
+        assert_eq!(
+            take_at(&mut book, 100, at(100), hold_for),
+            (None, vec![2, 3, 4]),
+            "held 100 ms behind tag 1: sent on their own"
+        );
+        assert_eq!(book.held_since, None);
+        // Held again: counted from the flush that sees them held.
+        ack(&mut book, 5);
+        assert_eq!(take_at(&mut book, 100, at(150), hold_for), (None, vec![]));
+        assert_eq!(book.held_since, Some(at(150)));
+        // The slow unit settles: the multiple ack passes it, nothing is held any more.
+        ack(&mut book, 1);
+        assert_eq!(
+            take_at(&mut book, 100, at(160), hold_for),
+            (Some(5), vec![])
+        );
+        assert_eq!(book.held_since, None);
     }
 }

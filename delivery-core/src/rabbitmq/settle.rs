@@ -79,7 +79,7 @@ async fn acknowledge(
     what: &'static str,
 ) -> Result<(), TransportError> {
     match coalesced {
-        Some((acks, tag)) => acks.ack(*tag).await,
+        Some((acks, tag)) => acks.ack(*tag, acker).await,
         None => sent(what, acker.ack(BasicAckOptions::default()).await),
     }
 }

@@ -189,10 +189,10 @@ impl RabbitSource {
         &self,
         channel: &Channel,
     ) -> Option<(Arc<ChannelAcks>, tokio_util::sync::DropGuard)> {
-        let flush_every = self.ack_mode.flush_every()?;
+        let timing = self.ack_mode.coalesced_timing()?;
         Some(ChannelAcks::start(
             channel.clone(),
-            flush_every,
+            timing,
             self.topology.prefetch.max(1),
         ))
     }
