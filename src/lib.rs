@@ -116,8 +116,9 @@ pub use delivery_core::*;
 /// It refuses at compile time, each time on the offending tokens:
 /// - a parameter that is a clock, an id minter or an acknowledgement handle, decided by what its
 ///   type is: the marker traits [`Clock`], [`Minter`] and [`AckHandle`] (std's `SystemTime` and
-///   `Instant`, tokio's `Instant`, rand 0.9's generators under the `rand` feature, your own types
-///   marked with them), which reach through a type alias, `&`, `Arc`, `Box`, `Option`, `Mutex`,
+///   `Instant`, tokio's `Instant`, the generators of rand 0.8, 0.9 and 0.10, ulid 1–3 and
+///   fastrand 1–2 under the features named after each release (`rand-0_8`, `ulid-1`, ...; see
+///   [`marker`]), your own types marked with them), which reach through a type alias, `&`, `Arc`, `Box`, `Option`, `Mutex`,
 ///   `State` and each element of a tuple written in the parameter. A path refuses a type by its
 ///   name only where the name cannot be anything else (`SystemTime`, `ThreadRng`, `chrono::Utc`,
 ///   `std::time::Instant`): your own `billing::Local`, `geo::Instant`, `ClockConfig` or

@@ -10,7 +10,10 @@ CREATE TABLE IF NOT EXISTS {table} (
     -- Fixed at write time, in the writer's transaction; every attempt sends it (message id,
     -- idempotency key).
     id           TEXT PRIMARY KEY,
-    -- The created order: relays claim oldest first, and `ordered` holds a key behind it.
+    -- The created order: relays claim oldest first, and `ordered` holds a key behind it. Also the
+    -- record's stamp (rule 4): a sequence never hands out a value twice, nor one below a value
+    -- it handed out, whatever rows are deleted (`retain`, a purge), so a later record's stamp is
+    -- always above an earlier one's.
     seq          BIGSERIAL NOT NULL,
     topic        TEXT NOT NULL,
     key          TEXT,
@@ -41,6 +44,10 @@ CREATE INDEX IF NOT EXISTS {name}_pending ON {table} (seq) WHERE status = 'pendi
 CREATE INDEX IF NOT EXISTS {name}_pending_key ON {table} (key, seq) WHERE status = 'pending';
 -- What an operator lists.
 CREATE INDEX IF NOT EXISTS {name}_dead ON {table} (seq) WHERE status = 'dead';
+-- What `retain` deletes: delivered records, oldest delivery first. On a large table made before
+-- it, this builds the index under a lock that holds writers back until it is built; to avoid
+-- that, build it first with `CREATE INDEX CONCURRENTLY` (same name and definition).
+CREATE INDEX IF NOT EXISTS {name}_delivered ON {table} (delivered_at) WHERE status = 'delivered';
 
 -- A commit that wrote records wakes the relays at once; polling stays the fallback (a
 -- notification is a hint, the table is the truth).

@@ -3,9 +3,20 @@
 //! what catches a clock behind a type alias, a reference, `Arc`, `Box` or `State` (each element of
 //! a tuple written in the parameter is checked too). A parameter is refused by what its type is,
 //! not by its name: a user's `geo::Instant`, `ClockConfig` or `IdGenerator` is accepted. Marked:
-//! std's `SystemTime` and `Instant`, tokio's `Instant`, rand 0.9's generators (feature `rand`),
-//! `ulid::Generator` (feature `ulid`), `fastrand::Rng` (feature `fastrand`) and uuid's `ContextV7`
-//! (with the outbox stores).
+//! std's `SystemTime` and `Instant`, tokio's `Instant`, uuid's `ContextV7` (with the outbox
+//! stores), and, one feature per major release (each release's types are other types):
+//!
+//! | feature | marked |
+//! |---|---|
+//! | `rand-0_8` | rand 0.8's `ThreadRng`, `StdRng`, `SmallRng`, `OsRng`, `dyn RngCore` |
+//! | `rand-0_9` (also `rand`) | rand 0.9's `ThreadRng`, `StdRng`, `SmallRng`, `OsRng`, `dyn RngCore` |
+//! | `rand-0_10` | rand 0.10's `ThreadRng`, `StdRng`, `SmallRng`, `Xoshiro128PlusPlus`, `Xoshiro256PlusPlus`, `ChaCha8Rng`, `ChaCha12Rng`, `ChaCha20Rng`, `SysRng`, `dyn Rng` |
+//! | `ulid-1`, `ulid-2`, `ulid-3` (also `ulid`) | `ulid::Generator` of that release |
+//! | `fastrand-1`, `fastrand-2` (also `fastrand`) | `fastrand::Rng` of that release |
+//!
+//! Enable the features of every release your service depends on: a generator of a release whose
+//! feature is off is refused only where its name says what it is (`StdRng`, `ThreadRng`), not
+//! behind an alias.
 //!
 //! Declare your own types:
 //!
@@ -58,26 +69,54 @@ macro_rules! reach {
 }
 reach!(Clock, Minter, AckHandle);
 
-// rand's generators: each call hands out fresh randomness; a seeded one kept in the state advances
-// on every delivery, so it is a minter as a parameter too.
-#[cfg(feature = "ulid")]
-impl Minter for ulid::Generator {}
-#[cfg(feature = "fastrand")]
-impl Minter for fastrand::Rng {}
-#[cfg(feature = "rand")]
-impl Minter for rand::rngs::ThreadRng {}
-#[cfg(feature = "rand")]
-impl Minter for rand::rngs::StdRng {}
-#[cfg(feature = "rand")]
-impl Minter for rand::rngs::SmallRng {}
-#[cfg(feature = "rand")]
-impl Minter for rand::rngs::OsRng {}
-#[cfg(feature = "rand")]
-impl Minter for dyn rand::RngCore {}
-#[cfg(feature = "rand")]
-impl Minter for dyn rand::RngCore + Send {}
-#[cfg(feature = "rand")]
-impl Minter for dyn rand::RngCore + Send + Sync {}
+// The generators of rand, ulid and fastrand: each call hands out fresh randomness or a fresh id,
+// and a seeded generator kept in the state advances on every delivery, so it is a minter as a
+// parameter too. Each major release's generators are other types, so each release has its
+// feature, named after it.
+macro_rules! minters {
+    ($feature:literal: $($ty:ty),+ $(,)?) => {$(
+        #[cfg(feature = $feature)]
+        impl Minter for $ty {}
+    )+};
+}
+minters!("rand-0_8":
+    rand_0_8::rngs::ThreadRng,
+    rand_0_8::rngs::StdRng,
+    rand_0_8::rngs::SmallRng,
+    rand_0_8::rngs::OsRng,
+    dyn rand_0_8::RngCore,
+    dyn rand_0_8::RngCore + Send,
+    dyn rand_0_8::RngCore + Send + Sync,
+);
+minters!("rand-0_9":
+    rand_0_9::rngs::ThreadRng,
+    rand_0_9::rngs::StdRng,
+    rand_0_9::rngs::SmallRng,
+    rand_0_9::rngs::OsRng,
+    dyn rand_0_9::RngCore,
+    dyn rand_0_9::RngCore + Send,
+    dyn rand_0_9::RngCore + Send + Sync,
+);
+// rand 0.10's core trait is `Rng` (rand_core's, formerly `RngCore`); the OS source is `SysRng`.
+minters!("rand-0_10":
+    rand_0_10::rngs::ThreadRng,
+    rand_0_10::rngs::StdRng,
+    rand_0_10::rngs::SmallRng,
+    rand_0_10::rngs::Xoshiro128PlusPlus,
+    rand_0_10::rngs::Xoshiro256PlusPlus,
+    rand_0_10::rngs::ChaCha8Rng,
+    rand_0_10::rngs::ChaCha12Rng,
+    rand_0_10::rngs::ChaCha20Rng,
+    rand_0_10::rngs::SysRng,
+    dyn rand_0_10::Rng,
+    dyn rand_0_10::Rng + Send,
+    dyn rand_0_10::Rng + Send + Sync,
+);
+minters!("ulid-1": ulid_1::Generator);
+minters!("ulid-2": ulid_2::Generator);
+minters!("ulid-3": ulid_3::Generator);
+minters!("fastrand-1": fastrand_1::Rng);
+minters!("fastrand-2": fastrand_2::Rng);
 // uuid's v7 context counts within a millisecond of the clock (present with the outbox stores).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl Minter for uuid::ContextV7 {}
@@ -178,4 +217,22 @@ pub mod probe {
     pub trait NotAnAckHandle {}
     impl NotAnAckHandle for Allowed {}
     pub fn assert_not_ack_handle<T: NotAnAckHandle>(_: T) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Minter;
+
+    fn minter<T: Minter + ?Sized>() {}
+
+    /// The thread-local generators, which no UI case can hold in a `State` (they are not `Send`).
+    #[test]
+    fn thread_rngs_are_minters() {
+        #[cfg(feature = "rand-0_8")]
+        minter::<rand_0_8::rngs::ThreadRng>();
+        #[cfg(feature = "rand-0_9")]
+        minter::<rand_0_9::rngs::ThreadRng>();
+        #[cfg(feature = "rand-0_10")]
+        minter::<rand_0_10::rngs::ThreadRng>();
+    }
 }

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use sqlx::postgres::{PgListener, PgPool};
@@ -11,7 +12,10 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
-use super::store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
+use super::store::{
+    Backlog, Claim, Mark, RETAIN_BATCH, Status, Store, StoredRecord, Wakeups, in_batches,
+    until_idle,
+};
 use super::write::{Outbox, Table};
 use crate::unit::Stamp;
 
@@ -161,6 +165,55 @@ impl PgStore {
             .fetch_one(&self.pool)
             .await?;
         Ok(u64::from(any))
+    }
+
+    /// Deletes the records delivered more than `older_than` ago, by the database's clock (the
+    /// record's `delivered_at`, written when the receiver confirmed it), and returns how many.
+    /// Pending and dead records stay, whatever their age: a dead record is the operator's to
+    /// redrive or purge ([`DeadLetters`](crate::DeadLetters)). Without it, the outbox keeps
+    /// every record it ever relayed. Deletes in batches, each its own transaction; run it
+    /// beside the relay, now and then.
+    ///
+    /// Deleting records never lowers the stamp of a later one: stamps come from the table's
+    /// sequence, which never hands out a value at or below one it handed out (rule 4).
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")]
+    /// # async fn run(pool: delivery::sqlx::PgPool) -> Result<(), delivery::sqlx::Error> {
+    /// use std::time::Duration;
+    /// use delivery::outbox::Outbox;
+    ///
+    /// let store = Outbox::new().postgres(pool);
+    /// // Every hour, delete what was delivered more than 7 days ago.
+    /// let mut every = tokio::time::interval(Duration::from_secs(3_600));
+    /// loop {
+    ///     every.tick().await;
+    ///     match store.retain(Duration::from_secs(7 * 86_400)).await {
+    ///         Ok(deleted) => tracing::debug!(deleted, "delivered outbox records deleted"),
+    ///         Err(error) => tracing::warn!(%error, "outbox retention failed; tried again in an hour"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn retain(&self, older_than: Duration) -> Result<u64, sqlx::Error> {
+        // `id = ANY(ARRAY(..))` finds the batch by the primary key (see `new`).
+        let sql = format!(
+            "DELETE FROM {t} WHERE status = 'delivered' AND id = ANY(ARRAY( \
+               SELECT id FROM {t} WHERE status = 'delivered' \
+                 AND delivered_at < now() - $1::float8 * interval '1 millisecond' \
+               ORDER BY delivered_at LIMIT $2))",
+            t = self.table.qualified
+        );
+        let age_ms = older_than.as_secs_f64() * 1000.0;
+        in_batches(|| async {
+            let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(age_ms)
+                .bind(RETAIN_BATCH)
+                .execute(&self.pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 
     /// The record `id`, wherever it stands.

@@ -4,13 +4,17 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Row};
 
 use super::dead_letters::DeadRecords;
 use super::record::{Record, RecordId};
-use super::store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
+use super::store::{
+    Backlog, Claim, Mark, RETAIN_BATCH, Status, Store, StoredRecord, Wakeups, in_batches,
+    until_idle,
+};
 use super::write::{Outbox, Table};
 use crate::unit::Stamp;
 
@@ -44,6 +48,13 @@ impl Outbox {
 
 const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error";
 
+/// The columns an upgrade copies from a table made before `seq` (into `seq` and these), and what
+/// it reads them from (the `rowid` and the same columns).
+const UPGRADED: &str = "seq, id, topic, key, payload, status, attempts, last_error, available_at, \
+                        lease_owner, lease_until, created_at, delivered_at";
+const UPGRADED_FROM: &str = "id, topic, key, payload, status, attempts, last_error, available_at, \
+                             lease_owner, lease_until, created_at, delivered_at";
+
 impl SqliteStore {
     /// `outbox`'s table through `pool`.
     pub fn new(pool: SqlitePool, outbox: &Outbox) -> Self {
@@ -56,13 +67,13 @@ impl SqliteStore {
                    SELECT o.id FROM {t} o \
                    WHERE o.status = 'pending' AND o.available_at <= {NOW} \
                      AND (o.lease_until IS NULL OR o.lease_until <= {NOW}) {ordered} \
-                   ORDER BY o.rowid LIMIT ?3) \
-                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, rowid, headers"
+                   ORDER BY o.seq LIMIT ?3) \
+                 RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq, headers"
             )
         };
         let ordered = format!(
             "AND (o.key IS NULL OR NOT EXISTS ( \
-               SELECT 1 FROM {t} e WHERE e.key = o.key AND e.status = 'pending' AND e.rowid < o.rowid))"
+               SELECT 1 FROM {t} e WHERE e.key = o.key AND e.status = 'pending' AND e.seq < o.seq))"
         );
         let mark = format!(
             "UPDATE {t} AS t SET \
@@ -92,31 +103,58 @@ impl SqliteStore {
         &self.pool
     }
 
-    /// Creates the table and its indexes if missing (`delivery-core/sql/outbox_sqlite.sql`).
+    /// Creates the table and its indexes if missing (`delivery-core/sql/outbox_sqlite.sql`), and
+    /// upgrades a table made before its `seq` column, keeping every record and its stamp. Safe
+    /// to run at every start, from several processes at once (one waits for the other).
+    ///
+    /// The upgrade: before `seq`, a record's stamp was its implicit `rowid`, which SQLite hands
+    /// out again once the newest records are deleted. The table is copied, in one transaction,
+    /// into the new shape with each record's `rowid` as its `seq`, so the stamps already handed
+    /// out stay what they were and the next ones continue above the highest.
     pub async fn migrate(&self) -> Result<(), sqlx::Error> {
-        sqlx::raw_sql(AssertSqlSafe(self.table.render(MIGRATION)))
-            .execute(&self.pool)
-            .await?;
-        // A table made before the `headers` column gets it (SQLite has no `ADD COLUMN IF NOT
-        // EXISTS`; a concurrent migration that added it first is as good).
-        let has_headers: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT EXISTS (SELECT 1 FROM pragma_table_info('{}') WHERE name = 'headers')",
-            self.table.name
-        )))
-        .fetch_one(&self.pool)
+        // A write lock from the start: a second migration waits here, then finds `seq`.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let schema = self
+            .table
+            .qualified
+            .split_once('.')
+            .map(|(schema, _)| schema);
+        let columns: Vec<String> = sqlx::query_scalar(match schema {
+            Some(_) => "SELECT name FROM pragma_table_info(?1, ?2)",
+            None => "SELECT name FROM pragma_table_info(?1)",
+        })
+        .bind(&*self.table.name)
+        .bind(schema)
+        .fetch_all(&mut *tx)
         .await?;
-        if !has_headers {
-            let add = format!(
-                "ALTER TABLE {} ADD COLUMN headers TEXT",
-                self.table.qualified
-            );
-            if let Err(error) = sqlx::query(AssertSqlSafe(add)).execute(&self.pool).await
-                && !error.to_string().contains("duplicate column")
-            {
-                return Err(error);
-            }
-        }
-        Ok(())
+        let migration = self.table.render(MIGRATION);
+        let has = |column: &str| columns.iter().any(|c| c == column);
+        let sql = if columns.is_empty() || has("seq") {
+            migration
+        } else {
+            let name = &self.table.name;
+            let in_schema = |item: &str| match schema {
+                Some(schema) => format!("{schema}.{item}"),
+                None => item.to_owned(),
+            };
+            let old = format!("{name}_before_seq");
+            // A table made before the `headers` column has none to copy.
+            let headers = if has("headers") { "headers" } else { "NULL" };
+            format!(
+                "ALTER TABLE {table} RENAME TO {old}; \
+                 DROP INDEX IF EXISTS {pending}; DROP INDEX IF EXISTS {key}; \
+                 {migration} \
+                 INSERT INTO {table} ({UPGRADED}, headers) \
+                   SELECT rowid, {UPGRADED_FROM}, {headers} FROM {old_table} ORDER BY rowid; \
+                 DROP TABLE {old_table};",
+                table = self.table.qualified,
+                pending = in_schema(&format!("{name}_pending")),
+                key = in_schema(&format!("{name}_key")),
+                old_table = in_schema(&old),
+            )
+        };
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *tx).await?;
+        tx.commit().await
     }
 
     /// How many records are pending (including those backing off or being relayed).
@@ -154,6 +192,57 @@ impl SqliteStore {
             .fetch_one(&self.pool)
             .await?;
         Ok(u64::from(any))
+    }
+
+    /// Deletes the records delivered more than `older_than` ago, by the database's clock (the
+    /// record's `delivered_at`, written when the receiver confirmed it), and returns how many.
+    /// Pending and dead records stay, whatever their age: a dead record is the operator's to
+    /// redrive or purge ([`DeadLetters`](crate::DeadLetters)). Without it, the outbox keeps
+    /// every record it ever relayed. Deletes in batches, each its own transaction; run it
+    /// beside the relay, now and then.
+    ///
+    /// Deleting records never lowers the stamp of a later one: stamps come from the table's
+    /// `AUTOINCREMENT` sequence, which never hands out a value at or below one it handed out
+    /// (rule 4).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use delivery::outbox::{NewRecord, Outbox, Status};
+    ///
+    /// let pool = delivery::sqlx::SqlitePool::connect("sqlite::memory:").await?;
+    /// let outbox = Outbox::new();
+    /// let store = outbox.sqlite(pool.clone());
+    /// store.migrate().await?;
+    /// let mut tx = pool.begin().await?;
+    /// outbox.write(&mut tx, NewRecord::new("orders.events", "o-1 placed").id("o-1")).await?;
+    /// tx.commit().await?;
+    ///
+    /// // Delivered records are kept 7 days (run it now and then, e.g. every hour).
+    /// assert_eq!(store.retain(Duration::from_secs(7 * 86_400)).await?, 0);
+    /// // A pending record is never deleted, however old.
+    /// assert_eq!(store.retain(Duration::ZERO).await?, 0);
+    /// assert_eq!(store.get(&"o-1".into()).await?.unwrap().status, Status::Pending);
+    /// # Ok(()) }
+    /// ```
+    pub async fn retain(&self, older_than: Duration) -> Result<u64, sqlx::Error> {
+        let sql = format!(
+            "DELETE FROM {t} WHERE seq IN ( \
+               SELECT seq FROM {t} WHERE status = 'delivered' AND delivered_at < {NOW} - ?1 \
+               ORDER BY delivered_at LIMIT ?2)",
+            t = self.table.qualified
+        );
+        let age_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        in_batches(|| async {
+            let done = sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(age_ms)
+                .bind(RETAIN_BATCH)
+                .execute(&self.pool)
+                .await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
 
     /// The record `id`, wherever it stands.
@@ -219,7 +308,8 @@ impl Store for SqliteStore {
                 Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        claimed.sort_unstable_by_key(|(rowid, _)| *rowid);
+        // RETURNING promises no order: hand them out oldest first.
+        claimed.sort_unstable_by_key(|(seq, _)| *seq);
         Ok(claimed.into_iter().map(|(_, record)| record).collect())
     }
 
@@ -263,7 +353,7 @@ impl Store for SqliteStore {
 }
 
 /// The dead records, for [`DeadLetters`](crate::DeadLetters) (see `dead_letters.rs`); the position
-/// is the record's `rowid`.
+/// is the record's `seq`.
 impl DeadRecords for SqliteStore {
     async fn count_dead(&self) -> Result<u64, sqlx::Error> {
         self.count_with("dead").await
@@ -275,8 +365,8 @@ impl DeadRecords for SqliteStore {
         limit: i64,
     ) -> Result<Vec<(i64, StoredRecord)>, sqlx::Error> {
         let sql = format!(
-            "SELECT rowid AS position, {COLUMNS} FROM {} \
-             WHERE status = 'dead' AND rowid > ?1 ORDER BY rowid LIMIT ?2",
+            "SELECT seq AS position, {COLUMNS} FROM {} \
+             WHERE status = 'dead' AND seq > ?1 ORDER BY seq LIMIT ?2",
             self.table.qualified
         );
         let rows = sqlx::query(AssertSqlSafe(sql))

@@ -239,3 +239,24 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// How many records one statement of `retain` deletes: each batch is its own transaction, so
+/// writers and the relay wait one batch at most.
+pub(crate) const RETAIN_BATCH: i64 = 10_000;
+
+/// Runs `delete_batch` (which deletes up to [`RETAIN_BATCH`] records) until a batch comes back
+/// short, and returns how many it deleted in all.
+pub(crate) async fn in_batches<F, Fut>(mut delete_batch: F) -> Result<u64, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64, sqlx::Error>>,
+{
+    let mut deleted = 0;
+    loop {
+        let batch = delete_batch().await?;
+        deleted += batch;
+        if batch < RETAIN_BATCH as u64 {
+            return Ok(deleted);
+        }
+    }
+}
