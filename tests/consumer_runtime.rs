@@ -27,6 +27,8 @@ struct App {
     /// Units that fail until their delivery count reaches the value here.
     fail_until: Arc<Mutex<HashMap<String, u32>>>,
     panic_once: Arc<Mutex<Vec<String>>>,
+    /// Units whose first delivery hangs forever.
+    hang_once: Arc<Mutex<Vec<String>>>,
     gate: Arc<Gate>,
 }
 
@@ -68,6 +70,10 @@ async fn record_payment(
     if app.gate.closed.load(Ordering::SeqCst) {
         app.gate.entered.notify_one();
         app.gate.open.notified().await;
+    }
+    // A downstream that never answers, a call without a timeout of its own: once.
+    if count.get() == 1 && app.hang_once.lock().unwrap().contains(&p.payment_id) {
+        std::future::pending::<()>().await;
     }
     let must_fail = app
         .fail_until
@@ -490,6 +496,58 @@ async fn graceful_shutdown_finishes_in_flight_work_and_returns_the_rest() {
     run_until_idle(&broker, "payments", &app).await;
     assert_eq!(app.rows().len(), 10);
     assert!(broker.dead_letters("payments").is_empty());
+}
+
+/// `handler_timeout`: a handler that hangs is stopped when the timeout ends, its unit returned
+/// (a failure, after its backoff), and applied on its next delivery; the other unit is applied
+/// meanwhile. One at a time and several at once.
+#[tokio::test(start_paused = true)]
+async fn a_hung_handler_is_returned_at_the_handler_timeout_and_applied_on_redelivery() {
+    for concurrency in [1, 4] {
+        let broker = MemoryBroker::new();
+        let app = App::default();
+        app.hang_once.lock().unwrap().push("p1".into());
+        broker.publish("payments", payment("p1", 10));
+        broker.publish("payments", payment("p2", 20));
+        let started = tokio::time::Instant::now();
+        let report = Consumer::new(broker.consume("payments"))
+            .state(app.clone())
+            .concurrency(concurrency)
+            .handler_timeout(Duration::from_secs(30))
+            .backoff(
+                Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1))
+                    .without_jitter(),
+            )
+            .shutdown_on(broker.idle("payments"))
+            .run(record_payment)
+            .await;
+        assert_eq!(
+            (
+                report.acked,
+                report.returned,
+                report.dead_lettered,
+                report.settle_failed
+            ),
+            (2, 1, 0, 0),
+            "concurrency {concurrency}"
+        );
+        assert_eq!(
+            app.rows(),
+            HashMap::from([("p1".into(), 10), ("p2".into(), 20)])
+        );
+        let p1: Vec<u32> = app
+            .calls()
+            .iter()
+            .filter(|(id, _)| id == "p1")
+            .map(|(_, count)| *count)
+            .collect();
+        assert_eq!(p1, [1, 2], "stopped once, applied on its second delivery");
+        assert!(
+            started.elapsed() >= Duration::from_secs(30),
+            "not stopped before its timeout"
+        );
+        assert!(broker.dead_letters("payments").is_empty());
+    }
 }
 
 #[tokio::test]

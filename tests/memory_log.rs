@@ -133,6 +133,27 @@ async fn settle_down() {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
+/// The group `ledger` reading `payments`, four at a time, returned units back after 1 s, until
+/// caught up; with a handler timeout if given.
+fn ledger(
+    broker: &MemoryBroker,
+    app: &App,
+    handler_timeout: Option<Duration>,
+) -> tokio::task::JoinHandle<delivery::Report> {
+    let consumer = Consumer::new(broker.consume_log("payments", "ledger"))
+        .state(app.clone())
+        .concurrency(4)
+        .backoff(
+            Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1)).without_jitter(),
+        )
+        .shutdown_on(broker.caught_up("payments", "ledger"));
+    let consumer = match handler_timeout {
+        Some(limit) => consumer.handler_timeout(limit),
+        None => consumer,
+    };
+    tokio::spawn(consumer.run(apply_event))
+}
+
 /// Rule 1 on an offset: a failed unit holds its partition's committed offset, however many units
 /// after it succeeded, until its disposition is final; then the offset jumps past them all.
 async fn a_failed_unit_holds_the_committed_offset(refuse: bool) {
@@ -152,21 +173,7 @@ async fn a_failed_unit_holds_the_committed_offset(refuse: bool) {
     } else {
         app.fail_first.lock().unwrap().insert("u-3".into());
     }
-    let run = tokio::spawn({
-        let (broker, app) = (broker.clone(), app.clone());
-        async move {
-            Consumer::new(broker.consume_log("payments", "ledger"))
-                .state(app)
-                .concurrency(4)
-                .backoff(
-                    Backoff::exponential(Duration::from_secs(1), Duration::from_secs(1))
-                        .without_jitter(),
-                )
-                .shutdown_on(broker.caught_up("payments", "ledger"))
-                .run(apply_event)
-                .await
-        }
-    });
+    let run = ledger(&broker, &app, None);
     settle_down().await;
     // Offsets 0..=2 and 4..=9 are applied and acknowledged; offset 3's handler is still running.
     assert_eq!(app.rows().len(), 9);
@@ -236,6 +243,44 @@ async fn a_returned_unit_holds_the_committed_offset_until_it_is_in_the_retry_log
 #[tokio::test(start_paused = true)]
 async fn a_refused_unit_holds_the_committed_offset_until_it_is_dead_lettered() {
     a_failed_unit_holds_the_committed_offset(true).await;
+}
+
+/// `Consumer::handler_timeout`: a handler that hangs holds its partition's committed offset only
+/// until its timeout; then its unit is returned (to the retry log, final) and the offset jumps
+/// past the units after it. The unit is applied on its next delivery.
+#[tokio::test(start_paused = true)]
+async fn a_hung_handler_holds_the_committed_offset_only_until_its_timeout() {
+    let broker = MemoryBroker::new();
+    broker
+        .declare_log("payments", LogConfig::default().max_deliveries(3))
+        .unwrap();
+    append_events(&broker, "payments", 10);
+    let app = App::default();
+    app.held.lock().unwrap().insert("u-3".into()); // its gate is never opened
+    let run = ledger(&broker, &app, Some(Duration::from_secs(30)));
+    settle_down().await;
+    assert_eq!(broker.committed("payments", "ledger", 0), Some(3));
+    // Its next delivery goes through; the hung one is still waiting on its gate.
+    app.held.lock().unwrap().clear();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        broker.committed("payments", "ledger", 0),
+        Some(10),
+        "past the timeout the unit is returned, final, and holds nothing"
+    );
+    let report = run.await.unwrap();
+    assert_eq!(
+        (report.acked, report.returned, report.dead_lettered),
+        (10, 1, 0)
+    );
+    assert_eq!(app.rows().len(), 10);
+    let u3: Vec<u32> = app
+        .deliveries()
+        .into_iter()
+        .filter(|(_, id, _)| id == "u-3")
+        .map(|(_, _, count)| count)
+        .collect();
+    assert_eq!(u3, [1, 2]);
 }
 
 #[tokio::test(start_paused = true)]

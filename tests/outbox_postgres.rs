@@ -408,3 +408,163 @@ async fn claims_read_their_batch_not_the_whole_table() {
         "{sequential} rows read sequentially to relay {N} records: claims scan the whole table"
     );
 }
+
+/// The sink behind a gate: each attempt waits for a permit before it sends.
+struct Gated {
+    gate: std::sync::Arc<tokio::sync::Semaphore>,
+    entered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+impl Relay<MemorySink> for Gated {
+    fn call(
+        &self,
+        record: &Record,
+        sink: &MemorySink,
+    ) -> impl Future<Output = Attempt> + Send + 'static {
+        let (record, sink) = (record.clone(), sink.clone());
+        let (gate, entered) = (self.gate.clone(), self.entered.clone());
+        async move {
+            entered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            sink.send(&record).await.into_attempt()
+        }
+    }
+}
+
+/// Another session locks the outbox table (`ACCESS EXCLUSIVE`: every statement on it waits),
+/// in a transaction left open until the lock is dropped.
+async fn lock_table(table: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&database_url()).await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE;"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn
+}
+
+/// Until a statement of the relay naming `table` and starting with `verb` waits on a lock.
+async fn blocked(store: &PgStore, table: &str, verb: &str) {
+    let mut checks = 0;
+    until(|| {
+        checks += 1;
+        assert!(
+            checks < 3_000,
+            "no {verb} on {table} ever waited on the lock"
+        );
+        let (store, table, verb) = (store.clone(), table.to_owned(), verb.to_owned());
+        async move {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query ILIKE $1 || '%' AND query LIKE '%' || $2 || '%'",
+            )
+            .bind(verb)
+            .bind(table)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+            waiting > 0
+        }
+    })
+    .await;
+}
+
+/// A relay over `store` and `sink`, drain deadline 1 s, running until `stop` is notified.
+struct Stoppable {
+    stop: std::sync::Arc<tokio::sync::Notify>,
+    relay: tokio::task::JoinHandle<delivery::outbox::RelayReport>,
+}
+
+impl Stoppable {
+    fn spawn(store: &PgStore, sink: &MemorySink, relay: impl Relay<MemorySink>) -> Self {
+        let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+        let relay = tokio::spawn(
+            Relayer::new(store.clone())
+                .state(sink.clone())
+                .drain_deadline(Duration::from_secs(1))
+                .shutdown_on({
+                    let stop = stop.clone();
+                    async move { stop.notified().await }
+                })
+                .run(relay),
+        );
+        Stoppable { stop, relay }
+    }
+
+    /// Signals the shutdown and waits for the run to return: within the drain deadline (1 s)
+    /// and its grace (5 s); the bound is generous, not a measure of speed.
+    async fn stop(self, blocked: &str) -> delivery::outbox::RelayReport {
+        self.stop.notify_one();
+        tokio::time::timeout(Duration::from_secs(60), self.relay)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the relay never returned from its shutdown, its {blocked} still blocked")
+            })
+            .unwrap()
+    }
+}
+
+/// Issue 34, item 11: shutdown is bounded by the drain deadline and its grace, even with the
+/// relay's claim blocked in PostgreSQL (the table locked by another session). Nothing is marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_while_a_claim_is_blocked() {
+    let (outbox, store) = fresh("claim_blocked").await;
+    write(&outbox, &store, 1, |_| None).await;
+    let table = outbox.table_name().to_owned();
+    let lock = lock_table(&table).await;
+
+    let sink = MemorySink::new();
+    let relay = Stoppable::spawn(&store, &sink, ToSink);
+    blocked(&store, &table, "UPDATE").await;
+    let report = relay.stop("claim").await;
+    assert_eq!((report.delivered, report.dead), (0, 0), "{report:?}");
+
+    drop(lock); // the session ends, its lock with it
+    assert!(sink.sent().is_empty());
+    let stored = store.get(&"r-00000".into()).await.unwrap().unwrap();
+    assert_eq!(stored.status, Status::Pending, "nothing marked");
+}
+
+/// The same with the relay's write of marks blocked: one record confirmed by the receiver (its
+/// mark stuck behind the lock), one never confirmed (hangs; given back at the drain deadline).
+/// The relay returns; the record never confirmed is never marked delivered or dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_while_a_mark_is_blocked() {
+    let (outbox, store) = fresh("mark_blocked").await;
+    write(&outbox, &store, 2, |_| None).await;
+    let table = outbox.table_name().to_owned();
+    let sink = MemorySink::new();
+    sink.fail_record_always("r-00001", SinkFailure::Hang);
+    let gated = Gated {
+        gate: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        entered: Default::default(),
+    };
+    let (gate, entered) = (gated.gate.clone(), gated.entered.clone());
+    let relay = Stoppable::spawn(&store, &sink, gated);
+    // Both attempts under way (claimed, leased), then the table locked, then the receiver answers.
+    until(|| std::future::ready(entered.load(std::sync::atomic::Ordering::SeqCst) == 2)).await;
+    let lock = lock_table(&table).await;
+    gate.add_permits(2);
+    until(|| std::future::ready(sink.accepted().len() == 1)).await;
+    blocked(&store, &table, "UPDATE").await;
+    let report = relay.stop("write of marks").await;
+    assert_eq!((report.delivered, report.dead), (0, 0), "{report:?}");
+    assert!(report.mark_failed >= 1, "the mark not written: {report:?}");
+
+    drop(lock);
+    assert_eq!(sink.accepted().len(), 1);
+    assert_eq!(sink.accepted()[0].id.as_str(), "r-00000");
+    let never_confirmed = store.get(&"r-00001".into()).await.unwrap().unwrap();
+    assert_eq!(
+        never_confirmed.status,
+        Status::Pending,
+        "never confirmed: not marked"
+    );
+    let confirmed = store.get(&"r-00000".into()).await.unwrap().unwrap();
+    assert_ne!(
+        confirmed.status,
+        Status::Dead,
+        "confirmed: delivered, or pending again"
+    );
+}

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use delivery::Stamp;
+use delivery::memory::MemoryBroker;
 use delivery::store::{postgres, sqlite};
+use delivery::{Backoff, Consumer, HandlerError, Json, ReasonKind, Stamp, State, Unit};
 use sqlx::{PgPool, SqlitePool};
 
 fn database_url() -> String {
@@ -171,4 +172,97 @@ async fn sqlite_moves_only_forward_in_the_callers_transaction() {
     drop(conn);
     pool.close().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// What the consumer below guards its rows with.
+#[derive(Clone)]
+struct Latest {
+    pool: PgPool,
+    key: String,
+}
+
+/// A consumer keeping the latest state of a key, guarded by the unit's stamp: what a user writes
+/// (`?` on the guard's error, as on any database error).
+#[delivery::consumer]
+async fn keep_latest(
+    Json(version): Json<i64>,
+    stamp: Stamp,
+    State(latest): State<Latest>,
+) -> Result<(), HandlerError> {
+    let mut tx = latest.pool.begin().await?;
+    if postgres::advance(&mut tx, "guard-consumer", &latest.key, stamp).await? {
+        let _ = version; // the caller's own write goes here
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Issue 34, item 15: a stamp the store cannot hold (above `i64::MAX`, the guard's `BIGINT`) can
+/// never pass, so it is poison (rule 2): dead-lettered on its first delivery, its detail saying
+/// once that the stamp is out of range; never retried to the bound and dead-lettered `exhausted`.
+/// The largest stamp that fits is applied.
+#[tokio::test]
+async fn a_stamp_past_i64_max_goes_to_the_dead_letter_at_once() {
+    let pool = pg().await;
+    let key = key(&pool, "past-i64").await;
+    sqlx::query("DELETE FROM delivery_stamps WHERE scope = 'guard-consumer' AND key = $1")
+        .bind(&key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let broker = MemoryBroker::new();
+    let over = i64::MAX as u64 + 1;
+    for (id, stamp) in [("u-max", u64::MAX), ("u-over", over), ("u-fits", over - 1)] {
+        broker.publish("latest", Unit::new(id, "1").with_stamp(Stamp(stamp)));
+    }
+    let report = Consumer::new(broker.consume("latest"))
+        .state(Latest {
+            pool: pool.clone(),
+            key: key.clone(),
+        })
+        .max_deliveries(3)
+        .backoff(Backoff::exponential(
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+        ))
+        .shutdown_on(broker.idle("latest"))
+        .run(keep_latest)
+        .await;
+    assert_eq!(
+        (report.acked, report.returned, report.dead_lettered),
+        (1, 0, 2),
+        "{report:?}"
+    );
+    let dead = broker.dead_letters("latest");
+    for (id, stamp) in [("u-max", u64::MAX), ("u-over", over)] {
+        let letter = dead
+            .peek(id)
+            .unwrap_or_else(|| panic!("{id} dead-lettered"));
+        assert_eq!(
+            letter.delivery_count().get(),
+            1,
+            "{id}: on its first delivery"
+        );
+        assert_eq!(letter.reason.unwrap(), ReasonKind::Malformed, "{id}");
+        assert_eq!(
+            letter.detail.matches("out of range").count(),
+            1,
+            "{id}: {}",
+            letter.detail
+        );
+        assert_eq!(
+            letter.detail.matches(&stamp.to_string()).count(),
+            1,
+            "{id}: {}",
+            letter.detail
+        );
+    }
+    let kept: i64 = sqlx::query_scalar(
+        "SELECT stamp FROM delivery_stamps WHERE scope = 'guard-consumer' AND key = $1",
+    )
+    .bind(&key)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, i64::MAX);
 }

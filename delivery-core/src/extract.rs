@@ -139,26 +139,65 @@ impl<S> FromUnit<S> for DeliveryCount {
     }
 }
 
+/// The unit's stamp, if any. A stamp above `i64::MAX` makes the unit malformed, as for
+/// [`Stamp`].
 impl<S> FromUnit<S> for Option<Stamp> {
     #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
-        Ok(unit.stamp())
+        match unit.stamp() {
+            Some(stamp) => storable(stamp).map(Some),
+            None => Ok(None),
+        }
     }
 }
 
-/// A required stamp: a unit without one is malformed.
+/// A required stamp: a unit without one is malformed. So is a unit whose stamp is above
+/// `i64::MAX`: no store can hold it (the guard's column is a `BIGINT`, as are Kafka's offsets and
+/// the outbox's sequence), so it could never pass and goes to the dead letter at once (rule 2),
+/// rather than failing in [`store`](crate::store) on every delivery up to the bound.
+///
+/// ```
+/// use delivery::{FromUnit, Stamp, Unit};
+///
+/// let fits = Unit::new("u-1", "{}").with_stamp(Stamp(i64::MAX as u64));
+/// assert!(<Stamp as FromUnit<()>>::from_unit(&fits, &()).is_ok());
+/// let past = Unit::new("u-2", "{}").with_stamp(Stamp(u64::MAX));
+/// let malformed = <Stamp as FromUnit<()>>::from_unit(&past, &()).unwrap_err();
+/// assert!(malformed.message().contains("out of range"));
+/// ```
 impl<S> FromUnit<S> for Stamp {
     #[inline]
     fn from_unit(unit: &Unit, _: &S) -> Result<Self, Malformed> {
-        unit.stamp().ok_or_else(|| {
-            Malformed::new(format!(
+        match unit.stamp() {
+            Some(stamp) => storable(stamp),
+            None => Err(Malformed::new(format!(
                 "the unit carries no ordering stamp (rule 4): its transport gives it none, and it \
                  has no `{}` header holding a decimal stamp; have its producer set one (the \
                  outbox relay does), or take `Option<Stamp>`",
                 crate::headers::STAMP
-            ))
-        })
+            ))),
+        }
     }
+}
+
+/// `stamp` if a store can hold it (at most `i64::MAX`); else why the unit is malformed.
+#[inline]
+fn storable(stamp: Stamp) -> Result<Stamp, Malformed> {
+    if stamp.0 <= i64::MAX as u64 {
+        Ok(stamp)
+    } else {
+        Err(out_of_range(stamp))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(stamp: Stamp) -> Malformed {
+    Malformed::new(format!(
+        "the unit's ordering stamp {stamp} is out of range: a stamp is at most i64::MAX \
+         ({}), what a store's BIGINT column holds (rule 4)",
+        i64::MAX
+    ))
 }
 
 impl<S> FromUnit<S> for Headers {

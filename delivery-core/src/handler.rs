@@ -1,6 +1,7 @@
 //! The handler the runtime runs: what `#[consumer]` generates around a user's async fn.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::disposition::Outcome;
 use crate::error::{FailureKind, HandlerError};
@@ -63,4 +64,37 @@ pub(crate) fn outcome_of(error: HandlerError) -> Outcome {
         },
         FailureKind::Reject => Outcome::Rejected(error.to_string()),
     }
+}
+
+/// A handler bounded by the consumer's [`handler_timeout`](crate::Consumer::handler_timeout): a
+/// run that has not resolved when the timeout ends is dropped, and the unit is a failure (returned
+/// after its backoff, counted as any failure). Only built when the setting is given, so a consumer
+/// without it runs the handler itself, unwrapped.
+pub(crate) struct Timed<H> {
+    pub(crate) handler: H,
+    pub(crate) limit: Duration,
+}
+
+impl<S, H: Handler<S>> Handler<S> for Timed<H> {
+    #[inline]
+    fn call(&self, unit: &Unit, state: &S) -> impl Future<Output = Outcome> + Send + 'static {
+        let limit = self.limit;
+        // The clock starts here, when the runtime starts the run.
+        let run = tokio::time::timeout(limit, self.handler.call(unit, state));
+        async move {
+            match run.await {
+                Ok(outcome) => outcome,
+                Err(_) => timed_out(limit),
+            }
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn timed_out(limit: Duration) -> Outcome {
+    Outcome::Failed(format!(
+        "the handler ran past its timeout ({} ms) and was stopped",
+        limit.as_millis()
+    ))
 }

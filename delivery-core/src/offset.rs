@@ -74,7 +74,9 @@ pub enum OffsetError {
         offset: u64,
     },
     /// [`finish`](Watermark::finish) was given an offset whose disposition is already final but
-    /// that an earlier unit still holds behind the watermark: finished twice.
+    /// that an earlier unit still holds behind the watermark: finished twice. (Behind a unit
+    /// held long, final units are kept as one run: an offset inside such a run that was never
+    /// tracked is refused this way too.)
     #[error("the disposition of offset {offset} is already final")]
     AlreadyFinal {
         /// The offset refused.
@@ -89,14 +91,31 @@ pub enum OffsetError {
     },
 }
 
+/// Final entries a [`Watermark`] holds beyond three per unit not final before it collapses them.
+const COMPACT_SLACK: usize = 64;
+
+/// The state of one entry of a [`Watermark`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// A tracked unit whose disposition is not final.
+    Open,
+    /// A tracked unit whose disposition is final, held behind one that is not.
+    Final,
+    /// Final, and standing for every offset since the entry before it: the final units
+    /// collapsed into it (see [`Watermark::compact`]).
+    Run,
+}
+
 /// The commit watermark of one partition: the offsets of units in flight, and the offset that
 /// may be committed — one past the contiguous run of units whose disposition is final.
 ///
 /// Only tracked offsets hold the watermark: a gap between two tracked offsets (a compacted topic,
 /// a transaction marker) is not a unit and is passed over. [`track`](Self::track) and the advance
 /// of the watermark are amortized O(1), [`finish`](Self::finish) is O(log n) in the units in
-/// flight. Units finished behind a unit that is not final stay in memory until it is: the
-/// runtime's limit on units in flight bounds them.
+/// flight. Memory follows the units that are not final, not the units that finished behind them:
+/// a run of final units held behind one that is not (a hung handler, a unit failing slowly) is
+/// kept as one entry, so a million units finished behind one stuck unit hold a few entries, not
+/// a million.
 ///
 /// ```
 /// use delivery_core::offset::Watermark;
@@ -112,10 +131,12 @@ pub enum OffsetError {
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Watermark {
-    /// Tracked offsets not yet passed by the watermark, increasing, each with whether its
-    /// disposition is final. The front is never final (it would have been passed).
-    in_flight: VecDeque<(u64, bool)>,
-    /// Tracked units whose disposition is not final.
+    /// Tracked offsets not yet passed by the watermark, increasing, each with its state. The
+    /// front is never final (it would have been passed). Each unit not final is one entry; the
+    /// final ones between two of them are collapsed into one [`Entry::Run`] once they pile up
+    /// (see [`COMPACT_SLACK`]).
+    in_flight: VecDeque<(u64, Entry)>,
+    /// Tracked units whose disposition is not final: the entries [`Entry::Open`].
     pending: usize,
     /// The last offset tracked, so offsets only increase.
     last_tracked: Option<u64>,
@@ -158,7 +179,7 @@ impl Watermark {
             return Err(OffsetError::NotIncreasing { offset, last });
         }
         self.last_tracked = Some(offset);
-        self.in_flight.push_back((offset, false));
+        self.in_flight.push_back((offset, Entry::Open));
         self.pending += 1;
         Ok(())
     }
@@ -180,24 +201,67 @@ impl Watermark {
     /// # Ok::<(), delivery_core::offset::OffsetError>(())
     /// ```
     pub fn finish(&mut self, offset: u64) -> Result<(), OffsetError> {
-        let at = self
+        let at = match self
             .in_flight
             .binary_search_by_key(&offset, |&(tracked, _)| tracked)
-            .map_err(|_| OffsetError::NotTracked { offset })?;
-        let entry = &mut self.in_flight[at];
-        if entry.1 {
+        {
+            Ok(at) => at,
+            // Between two entries: inside the run of final units the later one stands for, or a
+            // gap (or below the front: passed already).
+            Err(at) => {
+                return Err(match self.in_flight.get(at) {
+                    Some((_, Entry::Run)) => OffsetError::AlreadyFinal { offset },
+                    _ => OffsetError::NotTracked { offset },
+                });
+            }
+        };
+        let entry = &mut self.in_flight[at].1;
+        if *entry != Entry::Open {
             return Err(OffsetError::AlreadyFinal { offset });
         }
-        entry.1 = true;
+        *entry = Entry::Final;
         self.pending -= 1;
         if at == 0 {
             // Pass the contiguous run of final units; each is popped once (amortized O(1)).
-            while let Some(&(passed, true)) = self.in_flight.front() {
+            while let Some(&(passed, Entry::Final | Entry::Run)) = self.in_flight.front() {
                 self.in_flight.pop_front();
                 self.committable = Some(passed.saturating_add(1)); // Kafka offsets stay below i64::MAX
             }
+        } else if self.in_flight.len() > 4 * self.pending + COMPACT_SLACK {
+            self.compact();
         }
         Ok(())
+    }
+
+    /// Collapses each run of final entries into its last one, an [`Entry::Run`]: afterwards every
+    /// final entry is followed by one not final (or is the last), so at most as many final
+    /// entries are held as units not final. It runs once the final entries outnumber three times
+    /// the units not final (and [`COMPACT_SLACK`]): its O(entries) cost is paid by the finishes
+    /// since the last one, amortized O(1) each. Offsets it drops are refused as
+    /// [`AlreadyFinal`](OffsetError::AlreadyFinal) by the run that stands for them.
+    #[cold]
+    fn compact(&mut self) {
+        let entries = &mut self.in_flight;
+        let mut kept = 0;
+        let mut absorbed = false;
+        for read in 0..entries.len() {
+            let (offset, entry) = entries[read];
+            let next_final = entries
+                .get(read + 1)
+                .is_some_and(|&(_, next)| next != Entry::Open);
+            if entry != Entry::Open && next_final {
+                absorbed = true;
+                continue;
+            }
+            entries[kept] = (offset, if absorbed { Entry::Run } else { entry });
+            absorbed = false;
+            kept += 1;
+        }
+        entries.truncate(kept);
+        // Give back what a pile of finished entries grew.
+        if entries.capacity() > 4 * kept + 2 * COMPACT_SLACK {
+            entries.shrink_to(2 * kept + COMPACT_SLACK);
+        }
     }
 
     /// The offset that may be committed, in Kafka's convention: one past the last unit of the
@@ -236,6 +300,13 @@ impl Watermark {
     /// ```
     pub fn pending(&self) -> usize {
         self.pending
+    }
+
+    /// How many entries the watermark has room for in memory, its footprint in entries of 16
+    /// bytes (not part of the API: for the tests that bound it).
+    #[doc(hidden)]
+    pub fn held(&self) -> usize {
+        self.in_flight.capacity()
     }
 
     /// The committable offset if it advanced past the last one marked

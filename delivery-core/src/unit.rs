@@ -94,6 +94,9 @@ impl fmt::Display for DeliveryCount {
 /// An ordering stamp the unit carries and every delivery of it repeats — a version, a sequence
 /// number, a source timestamp. A store guards its writes with it, so an older unit arriving late
 /// never replaces a newer one (rule 4).
+///
+/// A stamp is at most `i64::MAX`, what the stores hold (a `BIGINT`): a unit carrying a larger one
+/// is malformed for a handler that takes its stamp, and goes to the dead letter at once.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Stamp(pub u64);
 

@@ -46,8 +46,8 @@ fn check(
 }
 
 /// Units as (gap before it, failed): offsets increase with gaps of 1..=4.
-fn units() -> impl Strategy<Value = Vec<(u64, bool)>> {
-    prop::collection::vec((1u64..=4, prop::bool::weighted(0.2)), 1..60)
+fn units(most: usize) -> impl Strategy<Value = Vec<(u64, bool)>> {
+    prop::collection::vec((1u64..=4, prop::bool::weighted(0.2)), 1..most)
 }
 
 proptest! {
@@ -58,10 +58,39 @@ proptest! {
     #[test]
     fn never_commits_past_a_unit_not_final(
         start in 0u64..1_000,
-        units in units(),
+        units in units(60),
         steps in prop::collection::vec(any::<usize>(), 0..200),
         finish_order in prop::collection::vec(any::<usize>(), 60),
     ) {
+        interleaved(start, units, steps, finish_order)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The same with hundreds of units, so that final units pile up behind failed ones and the
+    /// watermark collapses them into runs (it does past 64 more than three per unit not final):
+    /// the invariants hold across every collapse, and a unit finished twice is still refused.
+    #[test]
+    fn never_commits_past_a_unit_not_final_when_runs_collapse(
+        start in 0u64..1_000,
+        units in units(700),
+        steps in prop::collection::vec(any::<usize>(), 0..1_500),
+        finish_order in prop::collection::vec(any::<usize>(), 700),
+    ) {
+        interleaved(start, units, steps, finish_order)?;
+    }
+}
+
+/// One case of the interleaving properties above.
+fn interleaved(
+    start: u64,
+    units: Vec<(u64, bool)>,
+    steps: Vec<usize>,
+    finish_order: Vec<usize>,
+) -> Result<(), TestCaseError> {
+    {
         let mut offsets = Vec::with_capacity(units.len());
         let mut offset = start;
         for (gap, _) in &units {
@@ -92,11 +121,15 @@ proptest! {
                 .collect();
             if !all_tracked && (step % 3 == 0 || finishable.is_empty()) {
                 let offset = offsets[tracked.len()];
-                watermark.track(offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                watermark
+                    .track(offset)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 tracked.push(offset);
             } else if !finishable.is_empty() {
                 let offset = finishable[step % finishable.len()];
-                watermark.finish(offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                watermark
+                    .finish(offset)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 finished.insert(offset);
             }
             check(&watermark, &tracked, &finished, previous)?;
@@ -118,7 +151,9 @@ proptest! {
 
         // Receive the rest, then finish everything left in a random order, failed units last.
         for &offset in &offsets[tracked.len()..] {
-            watermark.track(offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            watermark
+                .track(offset)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             tracked.push(offset);
             check(&watermark, &tracked, &finished, previous)?;
         }
@@ -130,18 +165,31 @@ proptest! {
         rest.sort_by_key(|offset| failed.contains(offset));
         let mut order = finish_order.into_iter();
         while !rest.is_empty() {
-            let ok = rest.iter().take_while(|offset| !failed.contains(offset)).count();
+            let ok = rest
+                .iter()
+                .take_while(|offset| !failed.contains(offset))
+                .count();
             let pick = order.next().unwrap_or(0) % if ok > 0 { ok } else { rest.len() };
             let offset = rest.remove(pick);
-            watermark.finish(offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            watermark
+                .finish(offset)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             finished.insert(offset);
             check(&watermark, &tracked, &finished, previous)?;
             previous = watermark.committable();
         }
 
         prop_assert_eq!(watermark.pending(), 0);
-        prop_assert_eq!(watermark.committable(), Some(offsets[offsets.len() - 1] + 1));
+        prop_assert_eq!(
+            watermark.committable(),
+            Some(offsets[offsets.len() - 1] + 1)
+        );
     }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// Several partitions at once: each watermark only answers for its own partition; the batch
     /// holds exactly the partitions that advanced since their last confirmed commit; a revoked
@@ -328,4 +376,51 @@ fn revoke_owes_only_what_is_final() {
     );
     assert!(watermarks.uncommitted().is_empty());
     assert_eq!(watermarks.pending(), 0);
+}
+
+/// Issue 34, item 10: one unit that never finishes (a hung handler) while a million after it
+/// finish. The watermark holds at the stuck unit, and its memory stays bounded: it keeps the units
+/// not final (and at most one entry per run of final units between them), not every unit that
+/// finished behind the stuck one.
+#[test]
+fn one_stuck_unit_keeps_memory_bounded() {
+    let mut watermark = Watermark::new();
+    watermark.track(0).unwrap(); // hangs
+    let mut most_held = 0;
+    // Eight in flight at a time behind it, finished out of order, as a consumer's concurrency does.
+    let mut in_flight = std::collections::VecDeque::new();
+    for offset in 1..=1_000_000u64 {
+        watermark.track(offset).unwrap();
+        in_flight.push_back(offset);
+        if in_flight.len() == 8 {
+            // The newest first, then the oldest: never in offset order.
+            let newest = in_flight.pop_back().unwrap();
+            watermark.finish(newest).unwrap();
+            let oldest = in_flight.pop_front().unwrap();
+            watermark.finish(oldest).unwrap();
+        }
+        most_held = most_held.max(watermark.held());
+    }
+    assert_eq!(watermark.committable(), None, "the stuck unit holds it");
+    assert_eq!(watermark.pending(), 1 + in_flight.len());
+    assert!(
+        most_held < 1_024,
+        "held up to {most_held} entries for {} units not final",
+        1 + in_flight.len()
+    );
+    // Finished twice, behind the stuck unit: still refused as such.
+    assert!(!in_flight.contains(&500_000));
+    assert_eq!(
+        watermark.finish(500_000),
+        Err(OffsetError::AlreadyFinal { offset: 500_000 })
+    );
+    assert!(watermark.finish(17).is_err());
+    for offset in in_flight {
+        watermark.finish(offset).unwrap();
+    }
+    assert_eq!(watermark.committable(), None);
+    watermark.finish(0).unwrap();
+    assert_eq!(watermark.committable(), Some(1_000_001));
+    assert_eq!(watermark.pending(), 0);
+    assert!(watermark.held() < 1_024);
 }

@@ -62,6 +62,7 @@ pub struct Consumer<Src, S = ()> {
     stop: Stop,
     health: Health,
     order: Option<order::Order>,
+    handler_timeout: Option<Duration>,
 }
 
 /// What a run of a consumer did, counted when it stops.
@@ -90,6 +91,7 @@ impl<Src: Source> Consumer<Src, ()> {
             backoff: Backoff::default(),
             stop: Stop::new(Duration::from_secs(30)),
             order: None,
+            handler_timeout: None,
         }
     }
 }
@@ -106,6 +108,7 @@ impl<Src: Source, S> Consumer<Src, S> {
             stop: self.stop,
             health: self.health,
             order: self.order,
+            handler_timeout: self.handler_timeout,
         }
     }
 
@@ -246,6 +249,48 @@ impl<Src: Source, S> Consumer<Src, S> {
         self
     }
 
+    /// The longest a handler may run on one unit (default: no limit). A run still going when it
+    /// ends is stopped (its future dropped, at the await it is waiting on) and the unit is a
+    /// failure: returned after its backoff and counted against its bound like any other failure,
+    /// so a handler that hangs — a call without a timeout of its own, a lock never released —
+    /// cannot hold its unit, its key's lane or, on Kafka and RabbitMQ's coalesced acks, the
+    /// commit of every unit after it, forever. What the run did before it was stopped stays done:
+    /// the handler is idempotent (rule 3). A handler that blocks its thread without awaiting
+    /// cannot be stopped this way. Without this setting the handler runs unwrapped, at no cost.
+    ///
+    /// ```
+    /// use delivery::{consumer, Consumer, DeliveryCount, HandlerError, Json};
+    /// use delivery::disposition::Backoff;
+    /// use delivery::memory::MemoryBroker;
+    /// use std::time::Duration;
+    ///
+    /// #[consumer]
+    /// async fn charge(Json(amount): Json<u64>, count: DeliveryCount) -> Result<(), HandlerError> {
+    ///     if count.get() == 1 {
+    ///         std::future::pending::<()>().await; // a downstream that never answers, once
+    ///     }
+    ///     let _ = amount;
+    ///     Ok(())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+    /// let broker = MemoryBroker::new();
+    /// broker.publish("charges", delivery::Unit::new("c-1", "1250"));
+    /// let report = Consumer::new(broker.consume("charges"))
+    ///     .handler_timeout(Duration::from_secs(10))
+    ///     .backoff(Backoff::exponential(Duration::from_millis(100), Duration::from_secs(1)))
+    ///     .shutdown_on(broker.idle("charges"))
+    ///     .run(charge)
+    ///     .await;
+    /// // Stopped after 10 s and returned; applied on its second delivery.
+    /// assert_eq!((report.returned, report.acked), (1, 1));
+    /// # }
+    /// ```
+    pub fn handler_timeout(mut self, limit: Duration) -> Self {
+        self.handler_timeout = Some(limit);
+        self
+    }
+
     /// Stops the consumer when `signal` completes: no new unit is received, units in flight finish
     /// within the [drain deadline](Self::drain_deadline), and the rest are returned.
     pub fn shutdown_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
@@ -315,6 +360,13 @@ impl<Src: Source, S> Consumer<Src, S> {
         H: Handler<S>,
         S: Send + Sync + 'static,
     {
-        crate::runtime::on_a_worker(run::run(self, handler)).await
+        // Two runs, so that a consumer without a timeout polls its handler's own future.
+        match self.handler_timeout {
+            None => crate::runtime::on_a_worker(run::run(self, handler)).await,
+            Some(limit) => {
+                let timed = crate::handler::Timed { handler, limit };
+                crate::runtime::on_a_worker(run::run(self, timed)).await
+            }
+        }
     }
 }

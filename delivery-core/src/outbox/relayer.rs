@@ -206,7 +206,10 @@ impl<St: Store, S> Relayer<St, S> {
     }
 
     /// How long attempts in flight may run after shutdown before they are given back (default
-    /// 10 s).
+    /// 10 s). It bounds the whole shutdown, the store included: past it and a 5 s grace for the
+    /// marks it started, whatever still waits on the store (a claim or a write of marks blocked
+    /// by a lock, a server that stopped answering) is dropped, counted in
+    /// [`RelayReport::mark_failed`], and those records are claimed again after their lease.
     pub fn drain_deadline(mut self, deadline: Duration) -> Self {
         self.stop.drain_within(deadline);
         self

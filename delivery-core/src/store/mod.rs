@@ -36,13 +36,14 @@ pub mod sqlite;
 /// The table the guard keeps its stamps in.
 pub const TABLE: &str = "delivery_stamps";
 
-/// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused.
+/// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message
+/// (an `Encode` error would print it twice, as itself and as its source). A handler taking
+/// [`Stamp`](crate::Stamp) never gets here with one: its unit is malformed, dead-lettered at once.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn stored(stamp: crate::Stamp) -> Result<i64, sqlx::Error> {
     i64::try_from(stamp.0).map_err(|_| {
-        sqlx::Error::Encode(
-            format!("stamp {stamp} does not fit the guard's BIGINT column (at most i64::MAX)")
-                .into(),
-        )
+        sqlx::Error::InvalidArgument(format!(
+            "stamp {stamp} is out of range: the guard's BIGINT column holds at most i64::MAX"
+        ))
     })
 }

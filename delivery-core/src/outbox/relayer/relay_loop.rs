@@ -38,6 +38,12 @@ type Flushing = BoxFuture<(Vec<Finished>, Result<u64, sqlx::Error>)>;
 /// write means it is relayed again under its own id.
 const MARK_DELAY: Duration = Duration::from_millis(10);
 
+/// After the drain deadline, how long the run may still wait on the store — a claim or a write of
+/// marks under way, the marks of the attempts given back — before it stops regardless: a
+/// statement blocked in the store (a lock held by another session, a server that stopped
+/// answering) cannot hold the process up. As the consumer's grace for its settles.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Counters registered once per run, so the hot path only increments.
 struct Counters {
     relayed: Counter,
@@ -97,6 +103,8 @@ pub(super) struct RelayLoop<St, S, R> {
     /// When the claim under way (or the last one) was sent.
     claim_sent: Instant,
     flushing: Option<Flushing>,
+    /// How many marks the write under way carries.
+    flushing_marks: usize,
     wakeups: Option<Wakeups>,
     listening: bool,
     /// Whether to claim now; false once a claim came back short, until a wake-up or the poll.
@@ -109,6 +117,8 @@ pub(super) struct RelayLoop<St, S, R> {
     stopping: bool,
     drain_until: Instant,
     abandoned: bool,
+    /// The grace after the drain deadline ended: the run stops with whatever is still under way.
+    halted: bool,
 }
 
 impl<St, S, R> RelayLoop<St, S, R>
@@ -174,6 +184,7 @@ where
             claiming: None,
             claim_sent: now,
             flushing: None,
+            flushing_marks: 0,
             wakeups: None,
             listening: false,
             eager: true,
@@ -188,6 +199,7 @@ where
             stopping: false,
             drain_until: now,
             abandoned: false,
+            halted: false,
         }
     }
 
@@ -195,6 +207,10 @@ where
     pub(super) async fn run(mut self) -> RelayReport {
         self.on_start();
         loop {
+            if self.halted {
+                self.give_up();
+                break;
+            }
             let now = Instant::now();
             if !self.listening && !self.stopping {
                 self.listening = true;
@@ -237,6 +253,9 @@ where
                 () = tokio::time::sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() => {}
                 () = tokio::time::sleep_until(self.drain_until), if self.stopping && !self.abandoned => {
                     self.on_drain_deadline();
+                }
+                () = tokio::time::sleep_until(self.drain_until + STOP_GRACE), if self.abandoned => {
+                    self.halted = true;
                 }
             }
         }
@@ -319,6 +338,7 @@ where
             && self.marks_due(now)
         {
             let batch = std::mem::take(&mut self.marks);
+            self.flushing_marks = batch.len();
             let (store, owner) = (self.store.clone(), self.owner.clone());
             self.flushing = Some(Box::pin(async move {
                 let list: Vec<Mark> = batch.iter().map(|f| f.mark.clone()).collect();
@@ -478,6 +498,36 @@ where
         let n = self.inflight.len();
         self.gauges.in_flight.set(n as f64);
         self.health.set_in_flight(n);
+    }
+
+    /// The grace after the drain deadline ended with the store still not answering (a claim or a
+    /// write of marks blocked, marks not written): the run stops here. What it drops is what a
+    /// crash would: marks not written (counted in [`RelayReport::mark_failed`]; their records,
+    /// still leased to this relay, are claimed again after the lease, and a record delivered is
+    /// relayed again under its own id), a claim under way (its records, if it completes, wait
+    /// for their lease to end). Nothing is marked that was not: a record is marked delivered
+    /// only by a write carrying its receipt's mark.
+    #[cold]
+    fn give_up(&mut self) {
+        let unwritten = self.marks.len()
+            + self.claimed.len()
+            + if self.flushing.is_some() {
+                self.flushing_marks
+            } else {
+                0
+            };
+        self.report.mark_failed += unwritten as u64;
+        tracing::error!(
+            outbox = &*self.name,
+            relay = &*self.owner,
+            marks = unwritten,
+            in_flight = self.inflight.len(),
+            claiming = self.claiming.is_some(),
+            writing = self.flushing.is_some(),
+            grace_ms = STOP_GRACE.as_millis() as u64,
+            "the store did not answer within the drain deadline and its grace; stopping without \
+             it: the records not marked are claimed again after their lease"
+        );
     }
 
     /// The drain deadline passed: attempts still in flight are given back.
