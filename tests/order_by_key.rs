@@ -819,3 +819,78 @@ async fn redis_holds_a_key_until_its_returned_unit_comes_back_after_its_backoff(
         "a2 ran after a1's second delivery: {report:?}"
     );
 }
+
+/// Item 6: units waiting in their key's lane at shutdown are released after the source stopped,
+/// so they are not delivered once more to the stopping consumer and counted twice.
+#[cfg(feature = "lapin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_releases_units_waiting_at_shutdown_after_the_stop() {
+    use delivery::lapin::options::BasicGetOptions;
+    use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
+
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let topology = RabbitTopology::new(format!("order-stop-{}", std::process::id())).prefetch(16);
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    let units = std::iter::once(timed_unit("a1", "a", 5_000, false))
+        .chain((2..=4).map(|n| timed_unit(&format!("a{n}"), "a", 0, false)));
+    for unit in units {
+        publisher
+            .publish(
+                &topology.queue,
+                unit.payload(),
+                delivery::rabbitmq::properties_of(&unit),
+            )
+            .await
+            .unwrap();
+    }
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let report = Consumer::new(source)
+        .state(runs.clone())
+        .concurrency(4)
+        .order_by_key()
+        .drain_deadline(Duration::from_secs(10))
+        .shutdown_on(tokio::time::sleep(Duration::from_secs(1)))
+        .run(timed)
+        .await;
+    assert_eq!(runs.all(), [("a1".to_owned(), 1)], "{report:?}");
+    assert_eq!((report.acked, report.returned), (1, 3), "{report:?}");
+    let channel = connection.create_channel().await.unwrap();
+    let mut counts = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counts.len() < 3 && tokio::time::Instant::now() < deadline {
+        let Some(message) = channel
+            .basic_get(topology.queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .unwrap()
+        else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let properties = &message.delivery.properties;
+        let id = properties.message_id().as_ref().unwrap().as_str().to_owned();
+        let count = properties
+            .headers()
+            .as_ref()
+            .and_then(|headers| headers.inner().get("x-delivery-count"))
+            .map(|count| format!("{count:?}"));
+        counts.insert(id, count);
+    }
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+    for id in ["a2", "a3", "a4"] {
+        let count = counts.get(id).cloned().flatten();
+        assert!(
+            count.as_deref().is_some_and(|c| c.contains("(1)")),
+            "{id} returned once, never redelivered to the stopping consumer: x-delivery-count {count:?} (all: {counts:?})"
+        );
+    }
+}

@@ -150,7 +150,7 @@ async fn one_at_a_time<Src, S, H>(
     H: Handler<S>,
 {
     let mut pace = Pace::new();
-    'units: loop {
+    loop {
         if let Some(wait) = pace.retry_in.take()
             && !sleep_unless_shutdown(wait, shutdown).await
         {
@@ -209,9 +209,13 @@ async fn one_at_a_time<Src, S, H>(
                 match waited {
                     Some(outcome) => outcome,
                     None => {
+                        tracing::info!(source = source.name(), in_flight = 1, "consumer stopping");
+                        // Stopped first: the unit released goes to another consumer, not back
+                        // to this one on its way out (counted twice).
+                        Box::pin(source.stop()).await;
                         let settled = Box::pin(abandoned(handle, &unit, env.counters));
                         count(report, trace::within(settled, span).await);
-                        break 'units;
+                        return;
                     }
                 }
             }
@@ -365,7 +369,8 @@ async fn several_at_once<Src, S, H>(
 
     // Shutdown: nothing new is received; what is in flight gets the drain deadline, then is
     // returned (each `process` settles its own unit when abandoned). Units waiting in a lane were
-    // never started: released now.
+    // never started: released once the source stopped, so that they go to another consumer and
+    // not back to this one on its way out (counted twice).
     let waiting = lanes.as_mut().map(Lanes::drain).unwrap_or_default();
     tracing::info!(
         source = source.name(),
@@ -373,10 +378,10 @@ async fn several_at_once<Src, S, H>(
         waiting = waiting.len(),
         "consumer stopping"
     );
+    source.stop().await;
     for (unit, handle) in waiting {
         count(report, abandoned(handle, &unit, env.counters).await);
     }
-    source.stop().await;
     let deadline = tokio::time::sleep(env.drain_deadline);
     let mut deadline = pin!(deadline);
     let mut abandoned = false;
