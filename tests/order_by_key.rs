@@ -692,11 +692,9 @@ async fn nats_keeps_a_unit_waiting_behind_its_key_alive() {
 #[cfg(feature = "redis")]
 async fn redis_stream(name: &str, claim_idle: Duration) -> delivery::redis::RedisTopology {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let topology = delivery::redis::RedisTopology::new(
-        format!("{name}-{}", std::process::id()),
-        "order",
-    )
-    .claim_idle(claim_idle);
+    let topology =
+        delivery::redis::RedisTopology::new(format!("{name}-{}", std::process::id()), "order")
+            .claim_idle(claim_idle);
     let mut connection = delivery::redis::connect(&url).await.unwrap();
     let _: () = redis::cmd("DEL")
         .arg(&topology.stream)
@@ -864,7 +862,10 @@ async fn rabbitmq_releases_units_waiting_at_shutdown_after_the_stop() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while counts.len() < 3 && tokio::time::Instant::now() < deadline {
         let Some(message) = channel
-            .basic_get(topology.queue.as_str().into(), BasicGetOptions { no_ack: true })
+            .basic_get(
+                topology.queue.as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
             .await
             .unwrap()
         else {
@@ -872,7 +873,12 @@ async fn rabbitmq_releases_units_waiting_at_shutdown_after_the_stop() {
             continue;
         };
         let properties = &message.delivery.properties;
-        let id = properties.message_id().as_ref().unwrap().as_str().to_owned();
+        let id = properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .to_owned();
         let count = properties
             .headers()
             .as_ref()

@@ -504,7 +504,11 @@ mod tests {
         let mut lanes = kept_alive(WhenReturned::Pass, Some(keep_alive));
         let start = Instant::now();
         lanes.admit(unit("a1", Some("a")), 1);
-        assert_eq!(lanes.next_due(), None, "a running unit is kept alive by its run");
+        assert_eq!(
+            lanes.next_due(),
+            None,
+            "a running unit is kept alive by its run"
+        );
         lanes.admit(unit("a2", Some("a")), 2);
         lanes.admit(unit("b1", Some("b")), 3);
         assert_eq!(lanes.next_due(), Some(start + Duration::from_secs(1)));
@@ -513,7 +517,11 @@ mod tests {
         lanes.admit(unit("a3", Some("a")), 4);
         tokio::time::advance(Duration::from_millis(500)).await;
         let kept = |lanes: &mut Lanes<u32>| {
-            let mut kept: Vec<u32> = lanes.keep_alive_due().into_iter().map(|(_, h)| *h).collect();
+            let mut kept: Vec<u32> = lanes
+                .keep_alive_due()
+                .into_iter()
+                .map(|(_, h)| *h)
+                .collect();
             kept.sort();
             kept
         };

@@ -9,12 +9,12 @@ use metrics::Counter;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::run::Keeping;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::health::Health;
 use crate::observe::ConsumerObserver;
-use super::run::Keeping;
 use crate::transport::TransportError;
 use crate::transport::{KeepAlive, Settle};
 use crate::unit::Unit;
