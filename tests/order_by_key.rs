@@ -537,3 +537,366 @@ async fn kafka_holds_a_record_key_for_its_returned_unit() {
     let report = kafka_ordered("order-hold", &keys(6), 6, 2, WhenReturned::Hold).await;
     assert_eq!(report.returned, 2, "{report:?}");
 }
+
+/// What a timed unit asks of [`timed`]: sleep this long, and fail its first delivery.
+#[derive(Deserialize)]
+struct Timed {
+    #[serde(default)]
+    sleep_ms: u64,
+    #[serde(default)]
+    fail_first: bool,
+}
+
+/// Every run of [`timed`]: the unit's id and its delivery count, in the order they began.
+#[derive(Clone, Default)]
+struct Runs(Arc<Mutex<Vec<(String, u32)>>>);
+
+impl Runs {
+    fn all(&self) -> Vec<(String, u32)> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn of(&self, id: &str) -> Vec<u32> {
+        self.all()
+            .into_iter()
+            .filter(|(run, _)| run == id)
+            .map(|(_, count)| count)
+            .collect()
+    }
+}
+
+#[consumer]
+async fn timed(
+    id: delivery::UnitId,
+    count: delivery::DeliveryCount,
+    Json(script): Json<Timed>,
+    State(runs): State<Runs>,
+) -> Result<(), HandlerError> {
+    runs.0
+        .lock()
+        .unwrap()
+        .push((id.as_str().to_owned(), count.get()));
+    tokio::time::sleep(Duration::from_millis(script.sleep_ms)).await;
+    if script.fail_first && count.get() == 1 {
+        return Err(HandlerError::retry(std::io::Error::other("first delivery")));
+    }
+    Ok(())
+}
+
+/// Unit `id` of `key`, sleeping `sleep_ms` (and failing its first delivery if `fail_first`).
+#[cfg(any(feature = "nats", feature = "redis", feature = "lapin"))]
+fn timed_unit(id: &str, key: &str, sleep_ms: u64, fail_first: bool) -> Unit {
+    Unit::new(
+        id,
+        format!(r#"{{"sleep_ms":{sleep_ms},"fail_first":{fail_first}}}"#),
+    )
+    .with_headers(Headers::from_pairs([(
+        delivery::headers::KEY,
+        key.to_owned(),
+    )]))
+}
+
+/// Consumes `source` at concurrency 4 ordered by key until `done` holds (at most a minute), then
+/// `linger` more: long enough for a unit not kept alive to be delivered again.
+#[cfg(any(feature = "nats", feature = "redis"))]
+async fn timed_until<Src: delivery::Source>(
+    source: Src,
+    runs: &Runs,
+    when_returned: WhenReturned,
+    done: impl Fn(&Runs) -> bool + Send + 'static,
+    linger: Duration,
+) -> delivery::Report {
+    let stop = {
+        let runs = runs.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while !done(&runs) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(linger).await;
+        }
+    };
+    Consumer::new(source)
+        .state(runs.clone())
+        .concurrency(4)
+        .max_deliveries(5)
+        .order_by_key()
+        .when_returned(when_returned)
+        .backoff(delivery::disposition::Backoff::exponential(
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        ))
+        .drain_deadline(Duration::from_secs(10))
+        .shutdown_on(stop)
+        .run(timed)
+        .await
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_keeps_a_unit_waiting_behind_its_key_alive() {
+    use delivery::nats::{NatsSource, NatsTopology};
+
+    let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+    let client = async_nats::connect(&url).await.unwrap();
+    let context = async_nats::jetstream::new(client.clone());
+    let stream = format!("order-waiting-{}", std::process::id());
+    let topology = NatsTopology::new(&stream)
+        .subjects([stream.clone()])
+        .ack_wait(Duration::from_secs(2));
+    let _ = context.delete_stream(&stream).await;
+    topology.declare(&context).await.unwrap();
+    for unit in [
+        timed_unit("a1", "a", 6_000, false),
+        timed_unit("a2", "a", 0, false),
+    ] {
+        context
+            .publish_with_headers(
+                stream.clone(),
+                delivery::nats::headers_of(&unit),
+                unit.payload().clone(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let source = NatsSource::with_client(client.clone(), topology.clone())
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    // Past a2's run, longer than `ack_wait` again: a unit not acknowledged would come back.
+    let report = timed_until(
+        source,
+        &runs,
+        WhenReturned::Pass,
+        |runs| !runs.of("a2").is_empty(),
+        Duration::from_secs(3),
+    )
+    .await;
+    for name in [
+        stream.clone(),
+        topology.dead_letter_stream_name(),
+        topology.advisory_stream_name(),
+    ] {
+        let _ = context.delete_stream(&name).await;
+    }
+    assert_eq!(
+        runs.all(),
+        [("a1".to_owned(), 1), ("a2".to_owned(), 1)],
+        "a2 waited for a1 (6 s, ack_wait 2 s) kept alive, and ran once: {report:?}"
+    );
+    assert_eq!((report.acked, report.dead_lettered), (2, 0), "{report:?}");
+}
+
+#[cfg(feature = "redis")]
+async fn redis_stream(name: &str, claim_idle: Duration) -> delivery::redis::RedisTopology {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let topology =
+        delivery::redis::RedisTopology::new(format!("{name}-{}", std::process::id()), "order")
+            .claim_idle(claim_idle);
+    let mut connection = delivery::redis::connect(&url).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&topology.stream)
+        .arg(topology.dead_letter_stream_name())
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    delivery::redis::declare(&url, &topology).await.unwrap();
+    topology
+}
+
+/// Publishes `units` to a fresh stream with `claim_idle` and consumes them ordered by key
+/// until `done`, then `linger`; the stream is deleted after.
+#[cfg(feature = "redis")]
+async fn redis_timed(
+    name: &str,
+    claim_idle: Duration,
+    units: impl IntoIterator<Item = Unit>,
+    when_returned: WhenReturned,
+    done: impl Fn(&Runs) -> bool + Send + 'static,
+    linger: Duration,
+) -> (Runs, delivery::Report) {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let topology = redis_stream(name, claim_idle).await;
+    let mut connection = delivery::redis::connect(&url).await.unwrap();
+    for unit in units {
+        delivery::redis::publish(&mut connection, &topology.stream, &unit)
+            .await
+            .unwrap();
+    }
+    let source = delivery::redis::RedisSource::connect(&url, topology.clone())
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let report = timed_until(source, &runs, when_returned, done, linger).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&topology.stream)
+        .arg(topology.dead_letter_stream_name())
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    (runs, report)
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_a_unit_waiting_behind_its_key_alive() {
+    let (runs, report) = redis_timed(
+        "order-waiting",
+        Duration::from_secs(2),
+        [
+            timed_unit("a1", "a", 6_000, false),
+            timed_unit("a2", "a", 0, false),
+        ],
+        WhenReturned::Pass,
+        |runs| !runs.of("a2").is_empty(),
+        Duration::from_secs(3),
+    )
+    .await;
+    assert_eq!(
+        runs.all(),
+        [("a1".to_owned(), 1), ("a2".to_owned(), 1)],
+        "a2 waited for a1 (6 s, claim idle 2 s) kept alive, and ran once: {report:?}"
+    );
+    assert_eq!((report.acked, report.dead_lettered), (2, 0), "{report:?}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_holds_a_key_for_its_slow_returned_unit_with_the_next_kept_alive() {
+    // a1 runs 6 s and fails; a2 waits for a1's second delivery, kept alive meanwhile.
+    let (runs, report) = redis_timed(
+        "order-hold-slow",
+        Duration::from_secs(2),
+        [
+            timed_unit("a1", "a", 6_000, true),
+            timed_unit("a2", "a", 0, false),
+        ],
+        WhenReturned::Hold,
+        |runs| !runs.of("a2").is_empty(),
+        Duration::from_secs(3),
+    )
+    .await;
+    assert_eq!(
+        runs.all(),
+        [
+            ("a1".to_owned(), 1),
+            ("a1".to_owned(), 2),
+            ("a2".to_owned(), 1)
+        ],
+        "a2 ran once, after a1's second delivery: {report:?}"
+    );
+    assert_eq!((report.acked, report.returned), (2, 1), "{report:?}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_holds_a_key_until_its_returned_unit_comes_back_after_its_backoff() {
+    // A claim idle time longer than the backoff and the hold's grace: the returned unit must
+    // come back after its backoff, not after the claim idle time, or the hold lapses.
+    let (runs, report) = redis_timed(
+        "order-hold-lapse",
+        Duration::from_secs(30),
+        [
+            timed_unit("a1", "a", 0, true),
+            timed_unit("a2", "a", 0, false),
+        ],
+        WhenReturned::Hold,
+        |runs| !runs.of("a2").is_empty() && runs.of("a1").len() >= 2,
+        Duration::ZERO,
+    )
+    .await;
+    assert_eq!(
+        runs.all(),
+        [
+            ("a1".to_owned(), 1),
+            ("a1".to_owned(), 2),
+            ("a2".to_owned(), 1)
+        ],
+        "a2 ran after a1's second delivery: {report:?}"
+    );
+}
+
+/// Item 6: units waiting in their key's lane at shutdown are released after the source stopped,
+/// so they are not delivered once more to the stopping consumer and counted twice.
+#[cfg(feature = "lapin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_releases_units_waiting_at_shutdown_after_the_stop() {
+    use delivery::lapin::options::BasicGetOptions;
+    use delivery::rabbitmq::{ConfirmedPublisher, RabbitSource, RabbitTopology};
+
+    let url = std::env::var("AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned());
+    let topology = RabbitTopology::new(format!("order-stop-{}", std::process::id())).prefetch(16);
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    let units = std::iter::once(timed_unit("a1", "a", 5_000, false))
+        .chain((2..=4).map(|n| timed_unit(&format!("a{n}"), "a", 0, false)));
+    for unit in units {
+        publisher
+            .publish(
+                &topology.queue,
+                unit.payload(),
+                delivery::rabbitmq::properties_of(&unit),
+            )
+            .await
+            .unwrap();
+    }
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let runs = Runs::default();
+    let report = Consumer::new(source)
+        .state(runs.clone())
+        .concurrency(4)
+        .order_by_key()
+        .drain_deadline(Duration::from_secs(10))
+        .shutdown_on(tokio::time::sleep(Duration::from_secs(1)))
+        .run(timed)
+        .await;
+    assert_eq!(runs.all(), [("a1".to_owned(), 1)], "{report:?}");
+    assert_eq!((report.acked, report.returned), (1, 3), "{report:?}");
+    let channel = connection.create_channel().await.unwrap();
+    let mut counts = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while counts.len() < 3 && tokio::time::Instant::now() < deadline {
+        let Some(message) = channel
+            .basic_get(
+                topology.queue.as_str().into(),
+                BasicGetOptions { no_ack: true },
+            )
+            .await
+            .unwrap()
+        else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let properties = &message.delivery.properties;
+        let id = properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str()
+            .to_owned();
+        let count = properties
+            .headers()
+            .as_ref()
+            .and_then(|headers| headers.inner().get("x-delivery-count"))
+            .map(|count| format!("{count:?}"));
+        counts.insert(id, count);
+    }
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+    for id in ["a2", "a3", "a4"] {
+        let count = counts.get(id).cloned().flatten();
+        assert!(
+            count.as_deref().is_some_and(|c| c.contains("(1)")),
+            "{id} returned once, never redelivered to the stopping consumer: x-delivery-count {count:?} (all: {counts:?})"
+        );
+    }
+}

@@ -5,8 +5,14 @@
 //! running runs now; one whose key has a unit running waits in its key's lane, holding its
 //! delivery (unsettled, so the mechanism counts it in flight: a lane's waiting units count
 //! against the consumer's concurrency, and on Kafka the commit watermark never passes them). When
-//! a unit settles, [`Lanes::settled`] hands over its key's next waiting unit. At shutdown the
-//! waiting units, never started, are released ([`Lanes::drain`]).
+//! a unit settles, [`Lanes::settled`] hands over its key's next waiting unit. While they wait,
+//! their deliveries are kept alive as a running unit's are ([`Source::keep_alive`]): every
+//! `every`, the loop sweeps the waiting units due ([`Lanes::keep_alive_due`]), each for at most
+//! `at_most` after it began waiting, so the mechanism does not hand them to another consumer (or
+//! back to this one) while they are held. At shutdown the waiting units, never started, are
+//! released ([`Lanes::drain`]), after the source stopped.
+//!
+//! [`Source::keep_alive`]: crate::Source::keep_alive
 //!
 //! A unit that fails and is returned to the mechanism:
 //! - [`WhenReturned::Pass`] (the default): lets its key's later units pass; it comes back after
@@ -28,6 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::transport::KeepAlive;
 use crate::unit::{Unit, UnitId};
 
 /// What orders a unit: its key, or `None` for a unit that runs unordered.
@@ -75,7 +82,9 @@ struct Lane<L> {
 }
 
 enum Slot<L> {
-    Waiting(Unit, L),
+    /// A unit received and waiting, kept alive until the instant (`at_most` after it began
+    /// waiting).
+    Waiting(Unit, L, Instant),
     /// A unit of the key handed back to the mechanism (returned, or given back to make room),
     /// whose place is kept until it comes back, or until `until`.
     Away {
@@ -92,19 +101,25 @@ pub(super) struct Lanes<L> {
     lanes: HashMap<Bytes, Lane<L>>,
     waiting: usize,
     away: usize,
+    /// How the waiting units' deliveries are kept alive, if the mechanism needs it.
+    keep_alive: Option<KeepAlive>,
+    /// When the waiting units are next kept alive; `None` while none waits.
+    sweep_at: Option<Instant>,
 }
 
 /// A unit to run now, with the key it runs under.
 pub(super) type Admitted<L> = (Unit, L, Option<Bytes>);
 
 impl<L> Lanes<L> {
-    pub(super) fn new(order: &Order) -> Self {
+    pub(super) fn new(order: &Order, keep_alive: Option<KeepAlive>) -> Self {
         Lanes {
             key_of: order.key_of.clone(),
             hold: order.when_returned == WhenReturned::Hold,
             lanes: HashMap::new(),
             waiting: 0,
             away: 0,
+            keep_alive,
+            sweep_at: None,
         }
     }
 
@@ -121,6 +136,17 @@ impl<L> Lanes<L> {
             lane.running = true;
             return Some((unit, handle, Some(key)));
         }
+        // Kept alive from now on, for at most `at_most`.
+        let now = Instant::now();
+        let kept_until = match self.keep_alive {
+            Some(KeepAlive { every, at_most }) => {
+                if self.waiting == 0 || self.sweep_at.is_none() {
+                    self.sweep_at = Some(now + every);
+                }
+                now + at_most
+            }
+            None => now,
+        };
         // Back from away: in its own place; otherwise last.
         let place = (self.away > 0)
             .then(|| {
@@ -131,10 +157,12 @@ impl<L> Lanes<L> {
             .flatten();
         match place {
             Some(place) => {
-                *place = Slot::Waiting(unit, handle);
+                *place = Slot::Waiting(unit, handle, kept_until);
                 self.away -= 1;
             }
-            None => lane.slots.push_back(Slot::Waiting(unit, handle)),
+            None => lane
+                .slots
+                .push_back(Slot::Waiting(unit, handle, kept_until)),
         }
         self.waiting += 1;
         self.advance(&key)
@@ -184,7 +212,7 @@ impl<L> Lanes<L> {
                     self.away -= 1;
                 }
                 Some(Slot::Waiting(..)) => {
-                    let Some(Slot::Waiting(unit, handle)) = lane.slots.pop_front() else {
+                    let Some(Slot::Waiting(unit, handle, _)) = lane.slots.pop_front() else {
                         unreachable!("the head was just seen waiting")
                     };
                     self.waiting -= 1;
@@ -200,8 +228,40 @@ impl<L> Lanes<L> {
         self.waiting
     }
 
+    /// When the loop has something to do for the lanes: a lane gives up waiting for its unit
+    /// away ([`expired`](Self::expired)), or the waiting units are due to be kept alive
+    /// ([`keep_alive_due`](Self::keep_alive_due)); `None` when neither will happen.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        let sweep = self.sweep_at.filter(|_| self.waiting > 0);
+        match (self.next_expiry(), sweep) {
+            (Some(expiry), Some(sweep)) => Some(expiry.min(sweep)),
+            (expiry, sweep) => expiry.or(sweep),
+        }
+    }
+
+    /// The waiting units to keep alive now, if their sweep is due (each until `at_most` after
+    /// it began waiting); the next sweep is then due `every` from now.
+    pub(super) fn keep_alive_due(&mut self) -> Vec<(&Unit, &mut L)> {
+        let now = Instant::now();
+        let (Some(KeepAlive { every, .. }), Some(at)) = (self.keep_alive, self.sweep_at) else {
+            return Vec::new();
+        };
+        if at > now {
+            return Vec::new();
+        }
+        self.sweep_at = (self.waiting > 0).then_some(now + every);
+        self.lanes
+            .values_mut()
+            .flat_map(|lane| lane.slots.iter_mut())
+            .filter_map(|slot| match slot {
+                Slot::Waiting(unit, handle, until) if *until > now => Some((&*unit, handle)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// When the first lane held by a unit away gives up waiting for it; `None` when none is.
-    pub(super) fn next_expiry(&self) -> Option<Instant> {
+    fn next_expiry(&self) -> Option<Instant> {
         if self.away == 0 {
             return None;
         }
@@ -251,7 +311,7 @@ impl<L> Lanes<L> {
             .iter()
             .rposition(|slot| matches!(slot, Slot::Waiting(..)))?;
         let after = back_at.saturating_duration_since(now).max(MIN_AWAY);
-        let Slot::Waiting(unit, _) = &lane.slots[newest] else {
+        let Slot::Waiting(unit, _, _) = &lane.slots[newest] else {
             unreachable!("the slot was just seen waiting")
         };
         let away = Slot::Away {
@@ -259,7 +319,8 @@ impl<L> Lanes<L> {
             back_at: now + after,
             until: now + after + HOLD_GRACE,
         };
-        let Slot::Waiting(unit, handle) = std::mem::replace(&mut lane.slots[newest], away) else {
+        let Slot::Waiting(unit, handle, _) = std::mem::replace(&mut lane.slots[newest], away)
+        else {
             unreachable!("the slot was just seen waiting")
         };
         self.waiting -= 1;
@@ -267,16 +328,17 @@ impl<L> Lanes<L> {
         Some((unit, handle, after))
     }
 
-    /// Every waiting unit, each lane in arrival order, for the loop to release at shutdown; the
-    /// lanes close as their running units settle.
+    /// Every waiting unit, each lane in arrival order, for the loop to release at shutdown (after
+    /// the source stopped); the lanes close as their running units settle.
     pub(super) fn drain(&mut self) -> Vec<(Unit, L)> {
         self.waiting = 0;
         self.away = 0;
+        self.sweep_at = None;
         self.lanes
             .values_mut()
             .flat_map(|lane| lane.slots.drain(..))
             .filter_map(|slot| match slot {
-                Slot::Waiting(unit, handle) => Some((unit, handle)),
+                Slot::Waiting(unit, handle, _) => Some((unit, handle)),
                 Slot::Away { .. } => None,
             })
             .collect()
@@ -284,8 +346,8 @@ impl<L> Lanes<L> {
 }
 
 /// The lanes the loop keeps when the consumer orders by key; nothing at all when it does not.
-pub(super) fn lanes<L>(order: Option<&Order>) -> Option<Lanes<L>> {
-    order.map(Lanes::new)
+pub(super) fn lanes<L>(order: Option<&Order>, keep_alive: Option<KeepAlive>) -> Option<Lanes<L>> {
+    order.map(|order| Lanes::new(order, keep_alive))
 }
 
 #[cfg(test)]
@@ -293,10 +355,17 @@ mod tests {
     use super::*;
 
     fn by_header(when_returned: WhenReturned) -> Lanes<u32> {
-        Lanes::new(&Order {
-            key_of: Arc::new(|unit: &Unit| unit.headers().get(crate::headers::KEY).cloned()),
-            when_returned,
-        })
+        kept_alive(when_returned, None)
+    }
+
+    fn kept_alive(when_returned: WhenReturned, keep_alive: Option<KeepAlive>) -> Lanes<u32> {
+        Lanes::new(
+            &Order {
+                key_of: Arc::new(|unit: &Unit| unit.headers().get(crate::headers::KEY).cloned()),
+                when_returned,
+            },
+            keep_alive,
+        )
     }
 
     fn unit(id: &str, key: Option<&'static str>) -> Unit {
@@ -349,7 +418,7 @@ mod tests {
         lanes.admit(unit("a2", Some("a")), 2);
         let returned = Some((UnitId::new("a1"), Duration::from_secs(5)));
         assert_eq!(id(&lanes.settled(a(), returned)), Some("a2"));
-        assert_eq!(lanes.next_expiry(), None);
+        assert_eq!(lanes.next_due(), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -377,14 +446,14 @@ mod tests {
         let start = Instant::now();
         lanes.settled(a(), Some((UnitId::new("a1"), Duration::from_secs(5))));
         assert_eq!(
-            lanes.next_expiry(),
+            lanes.next_due(),
             Some(start + Duration::from_secs(5) + HOLD_GRACE)
         );
         assert!(lanes.expired().is_empty());
         tokio::time::advance(Duration::from_secs(5) + HOLD_GRACE).await;
         let run: Vec<u32> = lanes.expired().into_iter().map(|(_, h, _)| h).collect();
         assert_eq!(run, [2]);
-        assert_eq!(lanes.next_expiry(), None);
+        assert_eq!(lanes.next_due(), None);
         // a1, back late, runs after a2 like any later unit.
         assert_eq!(id(&lanes.admit(unit("a1", Some("a")), 3)), None);
         assert_eq!(id(&lanes.settled(a(), None)), Some("a1"));
@@ -424,5 +493,55 @@ mod tests {
         assert_eq!(drained, [2, 3, 5]);
         assert_eq!(lanes.waiting(), 0);
         assert!(lanes.settled(a(), None).is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_units_are_kept_alive_every_period_until_at_most() {
+        let keep_alive = KeepAlive {
+            every: Duration::from_secs(1),
+            at_most: Duration::from_millis(2_500),
+        };
+        let mut lanes = kept_alive(WhenReturned::Pass, Some(keep_alive));
+        let start = Instant::now();
+        lanes.admit(unit("a1", Some("a")), 1);
+        assert_eq!(
+            lanes.next_due(),
+            None,
+            "a running unit is kept alive by its run"
+        );
+        lanes.admit(unit("a2", Some("a")), 2);
+        lanes.admit(unit("b1", Some("b")), 3);
+        assert_eq!(lanes.next_due(), Some(start + Duration::from_secs(1)));
+        assert!(lanes.keep_alive_due().is_empty(), "not due yet");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        lanes.admit(unit("a3", Some("a")), 4);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let kept = |lanes: &mut Lanes<u32>| {
+            let mut kept: Vec<u32> = lanes
+                .keep_alive_due()
+                .into_iter()
+                .map(|(_, h)| *h)
+                .collect();
+            kept.sort();
+            kept
+        };
+        assert_eq!(kept(&mut lanes), [2, 4]);
+        assert_eq!(lanes.next_due(), Some(start + Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        // a2 waited past `at_most`: no longer kept alive; a3 still is.
+        assert_eq!(kept(&mut lanes), [4]);
+        assert_eq!(id(&lanes.settled(a(), None)), Some("a2"));
+        assert_eq!(id(&lanes.settled(a(), None)), Some("a3"));
+        assert_eq!(lanes.next_due(), None, "nothing waits");
+        assert!(lanes.keep_alive_due().is_empty());
+    }
+
+    #[test]
+    fn without_keep_alive_nothing_is_swept() {
+        let mut lanes = by_header(WhenReturned::Pass);
+        lanes.admit(unit("a1", Some("a")), 1);
+        lanes.admit(unit("a2", Some("a")), 2);
+        assert_eq!(lanes.next_due(), None);
+        assert!(lanes.keep_alive_due().is_empty());
     }
 }

@@ -76,7 +76,7 @@ where
         }
     });
     let counters = Counters::new(source.name(), running.health());
-    let holds = Holds::default();
+    let holds = Holds::new(source.keep_alive());
     let messaging = source.messaging();
     let mut report = Report::default();
     let env = Env {
@@ -104,7 +104,7 @@ where
         if concurrency == 1 && !holds_keys {
             one_at_a_time(&mut source, &env, &mut shutdown, &mut report).await;
         } else {
-            let lanes = order::lanes(order.as_ref());
+            let lanes = order::lanes(order.as_ref(), env.keep_alive);
             several_at_once(
                 &mut source,
                 &env,
@@ -150,7 +150,7 @@ async fn one_at_a_time<Src, S, H>(
     H: Handler<S>,
 {
     let mut pace = Pace::new();
-    'units: loop {
+    loop {
         if let Some(wait) = pace.retry_in.take()
             && !sleep_unless_shutdown(wait, shutdown).await
         {
@@ -209,9 +209,13 @@ async fn one_at_a_time<Src, S, H>(
                 match waited {
                     Some(outcome) => outcome,
                     None => {
+                        tracing::info!(source = source.name(), in_flight = 1, "consumer stopping");
+                        // Stopped first: the unit released goes to another consumer, not back
+                        // to this one on its way out (counted twice).
+                        Box::pin(source.stop()).await;
                         let settled = Box::pin(abandoned(handle, &unit, env.counters));
                         count(report, trace::within(settled, span).await);
-                        break 'units;
+                        return;
                     }
                 }
             }
@@ -243,7 +247,8 @@ async fn one_at_a_time<Src, S, H>(
 /// polls it with a real waker, and the next unit gets a new box.
 ///
 /// Ordered by key (`lanes`), a unit whose key has one running waits in its lane instead
-/// (`order.rs`), counted against the concurrency, and runs as soon as that one settled.
+/// (`order.rs`), counted against the concurrency, kept alive as a running one is, and runs as
+/// soon as that one settled.
 async fn several_at_once<Src, S, H>(
     source: &mut Src,
     env: &Env<'_, S, H>,
@@ -284,7 +289,8 @@ async fn several_at_once<Src, S, H>(
                         continue;
                     }
                 }
-                let expiry = lanes.as_ref().and_then(Lanes::next_expiry);
+                // A lane giving up on its unit away, or the waiting units due to be kept alive.
+                let expiry = lanes.as_ref().and_then(Lanes::next_due);
                 // With nothing in flight, the receive is polled first, directly, as one at a
                 // time does; otherwise units in flight finishing come first.
                 let received = if inflight.is_empty() && expiry.is_none() {
@@ -304,7 +310,16 @@ async fn several_at_once<Src, S, H>(
                         }
                         received = source.receive(), if inflight.len() + waiting < concurrency => received,
                         () = tokio::time::sleep_until(expiry.unwrap_or_else(far_future)), if expiry.is_some() => {
-                            ready.extend(lanes.as_mut().map(Lanes::expired).unwrap_or_default());
+                            let finished = match lanes.as_mut() {
+                                Some(lanes) => {
+                                    ready.extend(lanes.expired());
+                                    Box::pin(keep_waiting_alive(lanes, &mut inflight)).await
+                                }
+                                None => Vec::new(),
+                            };
+                            for done in finished {
+                                hand_over(report, &mut lanes, done, &mut ready);
+                            }
                             continue;
                         }
                         () = &mut *shutdown => break,
@@ -354,7 +369,8 @@ async fn several_at_once<Src, S, H>(
 
     // Shutdown: nothing new is received; what is in flight gets the drain deadline, then is
     // returned (each `process` settles its own unit when abandoned). Units waiting in a lane were
-    // never started: released now.
+    // never started: released once the source stopped, so that they go to another consumer and
+    // not back to this one on its way out (counted twice).
     let waiting = lanes.as_mut().map(Lanes::drain).unwrap_or_default();
     tracing::info!(
         source = source.name(),
@@ -362,10 +378,10 @@ async fn several_at_once<Src, S, H>(
         waiting = waiting.len(),
         "consumer stopping"
     );
+    source.stop().await;
     for (unit, handle) in waiting {
         count(report, abandoned(handle, &unit, env.counters).await);
     }
-    source.stop().await;
     let deadline = tokio::time::sleep(env.drain_deadline);
     let mut deadline = pin!(deadline);
     let mut abandoned = false;
@@ -418,15 +434,49 @@ where
     })
 }
 
+/// The units waiting in their keys' lanes whose keep-alive is due, kept alive
+/// ([`Settle::still_handling`]) all at once; the units in flight meanwhile go on, and those that
+/// finish are answered for the loop to hand over.
+#[cold]
+async fn keep_waiting_alive<L, F>(
+    lanes: &mut Lanes<L>,
+    inflight: &mut FuturesUnordered<F>,
+) -> Vec<Done>
+where
+    L: Settle,
+    F: Future<Output = Done>,
+{
+    let mut finished = Vec::new();
+    let due = lanes.keep_alive_due();
+    if due.is_empty() {
+        return finished;
+    }
+    let sweep = futures_util::future::join_all(due.into_iter().map(|(unit, handle)| async move {
+        if let Err(error) = handle.still_handling(unit).await {
+            tracing::warn!(unit.id = unit.id().as_str(), %error,
+                "could not keep alive a unit waiting in its key's lane; the mechanism may deliver it again meanwhile");
+        }
+    }));
+    let mut sweep = pin!(sweep);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut sweep => return finished,
+            Some(done) = inflight.next() => finished.push(done),
+        }
+    }
+}
+
 /// A waiting handler's unit kept alive ([`Source::keep_alive`]): due every `every`, until
-/// `at_most` after the wait began.
-struct Keeping {
+/// `at_most` after the wait began. (Also a unit held for its backoff or parked to make room, in
+/// `settle::Holds`.)
+pub(super) struct Keeping {
     ticks: Option<(tokio::time::Interval, tokio::time::Instant)>,
 }
 
 impl Keeping {
     #[cold]
-    fn new(keep_alive: Option<KeepAlive>) -> Self {
+    pub(super) fn new(keep_alive: Option<KeepAlive>) -> Self {
         let now = tokio::time::Instant::now();
         Keeping {
             ticks: keep_alive.map(|KeepAlive { every, at_most }| {
@@ -438,7 +488,7 @@ impl Keeping {
     }
 
     /// Completes when the unit is due to be kept alive again; never once `at_most` passed.
-    async fn due(&mut self) {
+    pub(super) async fn due(&mut self) {
         match &mut self.ticks {
             Some((ticks, until)) if tokio::time::Instant::now() < *until => {
                 ticks.tick().await;
@@ -448,7 +498,7 @@ impl Keeping {
     }
 
     #[cold]
-    fn kept(&self, result: Result<(), TransportError>, unit: &Unit) {
+    pub(super) fn kept(&self, result: Result<(), TransportError>, unit: &Unit) {
         if let Err(error) = result {
             tracing::warn!(unit.id = unit.id().as_str(), %error,
                 "could not keep the unit alive; the mechanism may deliver it again meanwhile");

@@ -9,13 +9,14 @@ use metrics::Counter;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::run::Keeping;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::health::Health;
 use crate::observe::ConsumerObserver;
-use crate::transport::Settle;
 use crate::transport::TransportError;
+use crate::transport::{KeepAlive, Settle};
 use crate::unit::Unit;
 
 /// How one unit ended, for the run's [`Report`](super::Report).
@@ -266,8 +267,11 @@ pub(crate) fn delays_redelivery<H: Settle>(_: &H) -> bool {
 }
 
 /// The returns the runtime holds for their wait, for a mechanism that cannot delay a redelivery
-/// itself ([`Settle::DELAYS_REDELIVERY`] is `false`). Each waits in a task of its own, taking no
-/// place of the consumer's concurrency, then is given back and recorded like any other return;
+/// itself ([`Settle::DELAYS_REDELIVERY`] is `false`), and the units given back to make room
+/// behind a held key (`order.rs`). Each waits in a task of its own, taking no place of the
+/// consumer's concurrency, its delivery kept alive meanwhile where the mechanism needs it
+/// ([`Source::keep_alive`](crate::Source::keep_alive)), then is given back and recorded like any
+/// other return;
 /// [`release`](Holds::release), at shutdown, cuts the waits short. Dropped (the run itself
 /// dropped), the tasks are aborted and their handles dropped unsettled: the mechanism
 /// redelivers those units.
@@ -275,6 +279,7 @@ pub(crate) fn delays_redelivery<H: Settle>(_: &H) -> bool {
 pub(crate) struct Holds {
     held: Mutex<Held>,
     cut: CancellationToken,
+    keep_alive: Option<KeepAlive>,
 }
 
 #[derive(Default)]
@@ -295,6 +300,16 @@ impl Held {
 }
 
 impl Holds {
+    /// Holds that keep their units alive as `keep_alive` says ([`Source::keep_alive`]).
+    ///
+    /// [`Source::keep_alive`]: crate::Source::keep_alive
+    pub(crate) fn new(keep_alive: Option<KeepAlive>) -> Self {
+        Holds {
+            keep_alive,
+            ..Holds::default()
+        }
+    }
+
     /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait, recorded
     /// as the return it is.
     #[cold]
@@ -357,14 +372,22 @@ impl Holds {
     ) {
         let unit = unit.clone();
         let cut = self.cut.clone();
+        let keep_alive = self.keep_alive;
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(joined) = held.tasks.try_join_next() {
             held.reaped(joined);
         }
         held.tasks.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(after) => {}
-                () = cut.cancelled() => {}
+            let mut handle = handle;
+            let mut keeping = Keeping::new(keep_alive);
+            let mut wait = std::pin::pin!(tokio::time::sleep(after));
+            loop {
+                tokio::select! {
+                    biased;
+                    () = &mut wait => break,
+                    () = cut.cancelled() => break,
+                    () = keeping.due() => keeping.kept(handle.still_handling(&unit).await, &unit),
+                }
             }
             let result = match give {
                 Give::Back => handle.give_back(&unit, Duration::ZERO).await,

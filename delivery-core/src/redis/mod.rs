@@ -11,9 +11,11 @@
 //!   instead of one each; one unit at a time, each `XACK` carries one id.
 //! - **Return**: a failed entry is left pending in the group. The source claims pending entries
 //!   back itself with `XAUTOCLAIM` once they have been idle for the topology's
-//!   [`claim_idle`](RedisTopology::claim_idle): that idle time is the backoff (it replaces the
-//!   runtime's own, which Redis cannot schedule), and it is what brings a failed entry back until
-//!   it reaches the bound (rule 1's last sentence). Entries `XAUTOCLAIM` reports as deleted (trimmed
+//!   [`claim_idle`](RedisTopology::claim_idle), and it is what brings a failed entry back until
+//!   it reaches the bound (rule 1's last sentence). The runtime's backoff is kept up to that idle
+//!   time: the entry given back has its idle time set (`XCLAIM … IDLE … JUSTID`, no delivery
+//!   counted) so that it is claimed back once its backoff passed, and the source's next claim
+//!   scan is brought forward to then; a backoff longer than the claim idle time is cut to it. Entries `XAUTOCLAIM` reports as deleted (trimmed
 //!   away while pending) are logged with `tracing::warn!` and counted in
 //!   `delivery_pending_deleted_total{source}`, never dropped silently.
 //! - **The bound is Redis's count**: a unit's [`DeliveryCount`](crate::DeliveryCount) is the

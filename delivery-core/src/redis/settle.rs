@@ -47,10 +47,13 @@ impl Settle for RedisHandle {
         self.shared.still_handling(&self.entry.id).await
     }
 
-    /// Left pending: claimed back once idle for the claim idle time (which is the backoff), and
-    /// counted by Redis on that claim.
-    async fn give_back(self, _unit: &Unit, _after: Duration) -> Result<(), TransportError> {
-        Ok(())
+    /// Left pending, its idle time set (`XCLAIM … IDLE … JUSTID`, which counts no delivery) so
+    /// that it is claimed back once `after` passed — or once the claim idle time passed, if that
+    /// is shorter — and the source's next claim scanned for then: counted by Redis on that claim.
+    /// A unit held for its key's order ([`WhenReturned::Hold`](crate::consumer::WhenReturned))
+    /// comes back after its backoff, not after the claim idle time, past the hold.
+    async fn give_back(self, _unit: &Unit, after: Duration) -> Result<(), TransportError> {
+        self.shared.give_back(&self.entry.id, after).await
     }
 
     async fn copy_to_dead_letter(

@@ -75,6 +75,9 @@ pub(super) struct Shared {
     /// Acknowledgements in flight, combined into one `XACK` at a time.
     pub(super) acks: Acks,
     pub(super) deleted: Counter,
+    /// When an entry given back becomes claimable, if before the next claim scan: the source
+    /// scans for it then ([`give_back`](Shared::give_back)).
+    pub(super) claim_by: std::sync::Mutex<Option<Instant>>,
 }
 
 fn next_consumer_name() -> String {
@@ -146,6 +149,7 @@ impl RedisSource {
             group: topology.group.clone(),
             commands: Commands::new(connections.clone()),
             acks: Acks::default(),
+            claim_by: std::sync::Mutex::new(None),
         };
         RedisSource {
             shared: Arc::new(shared),
@@ -207,6 +211,9 @@ impl Source for RedisSource {
                         Err(error) => return Err(self.lost(error)),
                     },
                 };
+                if let Some(at) = self.shared.take_claim_by() {
+                    self.claim_at = self.claim_at.min(at);
+                }
                 let claim = (Instant::now() >= self.claim_at).then(|| self.claim_cursor.clone());
                 self.fetching = Some(Box::pin(fetch(self.shared.clone(), reader, claim)));
             }
@@ -462,6 +469,50 @@ impl Shared {
                 self.commands
                     .failed("keeping the entry claimed (XCLAIM JUSTID)", e)
             })
+    }
+
+    /// Gives `entry_id` back to be claimed once `after` passed (at most the claim idle time):
+    /// `XCLAIM … 0 … IDLE <claim idle - after> JUSTID` sets its idle time without counting a
+    /// delivery, and the source's next claim scan is brought forward to then.
+    pub(super) async fn give_back(
+        &self,
+        entry_id: &str,
+        after: Duration,
+    ) -> Result<(), TransportError> {
+        let claim_idle = Duration::from_millis(self.claim_idle_ms);
+        let after = after.min(claim_idle);
+        let idle = u64::try_from((claim_idle - after).as_millis()).unwrap_or(u64::MAX);
+        let mut connection = self.commands.connection().await?;
+        ::redis::cmd("XCLAIM")
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(&self.consumer)
+            .arg(0)
+            .arg(entry_id)
+            .arg("IDLE")
+            .arg(idle)
+            .arg("JUSTID")
+            .query_async::<Value>(&mut connection)
+            .await
+            .map_err(|e| {
+                self.commands
+                    .failed("giving the entry back (XCLAIM IDLE JUSTID)", e)
+            })?;
+        let at = Instant::now() + after;
+        let mut claim_by = self
+            .claim_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *claim_by = Some(claim_by.map_or(at, |by| by.min(at)));
+        Ok(())
+    }
+
+    /// When the source must scan for an entry given back, if one was since it last looked.
+    fn take_claim_by(&self) -> Option<Instant> {
+        self.claim_by
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     pub(super) async fn copy_to_dead_letter(

@@ -43,8 +43,10 @@ pub struct RedisTopology {
     #[serde(default = "default_max_deliveries")]
     pub max_deliveries: u32,
     /// How long an entry stays pending (unacknowledged since its last delivery) before the
-    /// consumer claims it back with `XAUTOCLAIM`, in milliseconds: the backoff before a failed
-    /// unit is delivered again, and the time after which a dead consumer's units are taken over.
+    /// consumer claims it back with `XAUTOCLAIM`, in milliseconds: the time after which a dead
+    /// consumer's units are taken over, and the longest backoff before a failed unit is delivered
+    /// again (a returned unit's idle time is set so that it is claimed back after its backoff,
+    /// when that is shorter).
     /// A unit whose handler still runs is kept from being claimed: its consumer claims it again
     /// itself every third of this (`XCLAIM … JUSTID`, which resets the idle time and counts no
     /// delivery), up to `in_progress_limit_ms`. Default 30 000.

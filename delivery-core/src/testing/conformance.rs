@@ -20,6 +20,9 @@
 //! | [`a_crash_loop_reaches_the_dead_letter`] | 2 |
 //! | [`a_unit_cut_short_at_shutdown_on_its_last_delivery`] | 1, 2 |
 //! | [`an_older_unit_changes_nothing`] | 4 |
+//! | [`a_unit_waiting_in_its_lane_is_kept_alive`] | 1, 3 |
+//! | [`units_waiting_at_shutdown_are_released_after_the_stop`] | 1, 2 |
+//! | [`a_shutdown_with_lanes_loses_nothing`] | 1, 3 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -91,6 +94,18 @@ pub trait Fixture: Send + Sync + 'static {
         true
     }
 
+    /// Whether a unit released after the source stopped ([`Source::stop`]) may still be
+    /// delivered to the stopping consumer, and so counted once more before another consumer gets
+    /// it: `true` where the stop does not withdraw what was already asked for (a JetStream pull
+    /// request stays the server's until it expires); `false` (the default) where the stop ends
+    /// the subscription (RabbitMQ's `basic.cancel`) or nothing is delivered unasked (a stream or a
+    /// log read on demand). [`units_waiting_at_shutdown_are_released_after_the_stop`] and
+    /// [`a_shutdown_with_lanes_loses_nothing`] then check only that they are not lost and not
+    /// acknowledged unrun (they may run more than once, and on a later delivery).
+    fn may_deliver_released_units_to_a_stopped_source(&self) -> bool {
+        false
+    }
+
     /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
     /// (a quorum queue, a stream's pending entry, a JetStream consumer); `false` where the count
     /// travels with the unit (a log read by offset), because the count moves only when the unit is
@@ -126,6 +141,9 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     a_crash_loop_reaches_the_dead_letter(fixture).await;
     a_unit_cut_short_at_shutdown_on_its_last_delivery(fixture).await;
     an_older_unit_changes_nothing(fixture).await;
+    a_unit_waiting_in_its_lane_is_kept_alive(fixture).await;
+    units_waiting_at_shutdown_are_released_after_the_stop(fixture).await;
+    a_shutdown_with_lanes_loses_nothing(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
@@ -370,6 +388,43 @@ async fn crashable<F: Fixture>(
             .concurrency(1)
             .max_deliveries(max_deliveries)
             .run(Scripted),
+    )
+}
+
+/// A consumer of `name` in a task, ordered by key ([`Consumer::order_by`]: a unit's key is its
+/// id up to `/`), at concurrency 16 (every unit of a check is received at once, into its lane),
+/// with a drain deadline of 5 s; it stops when `stop` is notified.
+async fn ordered<F: Fixture>(
+    fixture: &F,
+    name: &str,
+    store: &Store,
+    max_deliveries: u32,
+    stop: &Arc<tokio::sync::Notify>,
+) -> tokio::task::JoinHandle<crate::consumer::Report> {
+    let source = fixture.consume(name).await;
+    let stop = stop.clone();
+    tokio::spawn(
+        Consumer::new(source)
+            .state(store.clone())
+            .concurrency(16)
+            .max_deliveries(max_deliveries)
+            .order_by(|unit: &Unit| {
+                unit.id()
+                    .as_str()
+                    .split_once('/')
+                    .map(|(key, _)| key.to_owned())
+            })
+            .drain_deadline(Duration::from_secs(5))
+            .shutdown_on(async move { stop.notified().await })
+            .run(Scripted),
+    )
+}
+
+/// A unit of `lane` (its id `lane/n`) writing `key = value`, taking `sleep_ms`.
+fn in_lane(lane: &str, n: u32, key: &str, value: i64, sleep_ms: u64) -> Unit {
+    Unit::new(
+        format!("{lane}/{n}"),
+        format!(r#"{{"key":"{key}","value":{value},"sleep_ms":{sleep_ms}}}"#),
     )
 }
 
@@ -1382,4 +1437,154 @@ async fn dead_source<F: Fixture>(fixture: &F, name: &str) -> String {
         .first()
         .map(|record| record.source.clone())
         .unwrap_or_default()
+}
+
+/// Rules 1 and 3, ordered by key: a unit waiting in its key's lane behind a slower one (three
+/// times the mechanism's redelivery timer) holds its delivery, and is kept alive as a running
+/// one is ([`Source::keep_alive`]): it is not delivered again meanwhile, to this consumer or
+/// another, and runs once, on its first delivery, after the one before it; nothing is
+/// dead-lettered.
+pub async fn a_unit_waiting_in_its_lane_is_kept_alive<F: Fixture>(fixture: &F) {
+    const CHECK: &str = "a_unit_waiting_in_its_lane_is_kept_alive";
+    let name = queue("lane-kept");
+    fixture.declare(&name, 3).await;
+    let timer = fixture.redelivery_timer();
+    let slow = timer.map_or(Duration::ZERO, |timer| timer * 3);
+    let slow_ms = u64::try_from(slow.as_millis()).unwrap_or(u64::MAX).max(500);
+    fixture
+        .publish(&name, in_lane("lane", 1, "w1", 1, slow_ms))
+        .await;
+    fixture.publish(&name, in_lane("lane", 2, "w2", 2, 0)).await;
+    let store = Store::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = ordered(fixture, &name, &store, 3, &stop).await;
+    until(CHECK, &store, |s| s.rows().contains_key("w2")).await;
+    // Longer than the timer again: a unit not acknowledged would be delivered meanwhile.
+    tokio::time::sleep(timer.map_or(Duration::from_millis(500), |timer| timer * 2)).await;
+    stop.notify_one();
+    let report = running.await.expect("the consumer ran");
+    assert_eq!(
+        (store.runs_of("w1"), store.runs_of("w2")),
+        (vec![1], vec![1]),
+        "conformance `{CHECK}`: each unit ran once, on its first delivery: {:?}",
+        store.runs()
+    );
+    assert_eq!(
+        store.runs().first().map(|(key, _)| key.as_str()),
+        Some("w1"),
+        "in its key's order"
+    );
+    assert_eq!(report.acked, 2, "{report:?}");
+    assert!(dead_letters(fixture, &name).await.is_empty());
+}
+
+/// Rules 1 and 2, ordered by key: units waiting in their key's lane at shutdown never ran. They
+/// are released once the source stopped ([`Source::stop`]), so they go to the next consumer and
+/// not back to the stopping one on its way out: their next delivery counts this one only where
+/// the mechanism counts a release ([`Fixture::counts_released_deliveries`]), once. They are never
+/// acknowledged, and the next consumer applies each once (at least once, where
+/// [`Fixture::may_deliver_released_units_to_a_stopped_source`]).
+pub async fn units_waiting_at_shutdown_are_released_after_the_stop<F: Fixture>(fixture: &F) {
+    const CHECK: &str = "units_waiting_at_shutdown_are_released_after_the_stop";
+    let name = queue("lane-stop");
+    fixture.declare(&name, 5).await;
+    fixture
+        .publish(&name, in_lane("stop", 1, "s1", 1, 1_500))
+        .await;
+    for n in 2..=4 {
+        fixture
+            .publish(&name, in_lane("stop", n, &format!("s{n}"), n.into(), 0))
+            .await;
+    }
+    let store = Store::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = ordered(fixture, &name, &store, 5, &stop).await;
+    until(CHECK, &store, |s| !s.runs_of("s1").is_empty()).await;
+    // The units behind s1 are received meanwhile and wait in its lane.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.notify_one();
+    let report = running.await.expect("the consumer ran");
+    assert_eq!(
+        store.runs(),
+        [("s1".to_owned(), 1)],
+        "conformance `{CHECK}`: only s1 ran before the shutdown"
+    );
+    assert_eq!(
+        (report.acked, report.returned),
+        (1, 3),
+        "conformance `{CHECK}`: s1 finished within the drain deadline, the waiting units were released: {report:?}"
+    );
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = ordered(fixture, &name, &store, 5, &stop).await;
+    until(CHECK, &store, |s| s.rows().len() == 4).await;
+    stop.notify_one();
+    running.await.expect("the consumer ran");
+    let next = if fixture.counts_released_deliveries() {
+        2
+    } else {
+        1
+    };
+    let exact = !fixture.may_deliver_released_units_to_a_stopped_source();
+    for key in ["s2", "s3", "s4"] {
+        let runs = store.runs_of(key);
+        assert!(
+            runs == [next] || !exact && !runs.is_empty(),
+            "conformance `{CHECK}`: {key} released once, after the stop, then run once on delivery {next}: {:?}",
+            store.runs()
+        );
+    }
+    assert_eq!(store.runs_of("s1"), [1], "acknowledged: not run again");
+    assert!(dead_letters(fixture, &name).await.is_empty());
+}
+
+/// Rules 1 and 3, ordered by key: a consumer stopped while units run and wait in several keys'
+/// lanes loses nothing and acknowledges nothing that did not run: it acknowledges exactly the
+/// units it applied, which never run again, and the next consumer applies every other — each
+/// once, unless the mechanism may deliver released units to the stopped source
+/// ([`Fixture::may_deliver_released_units_to_a_stopped_source`]), which may deliver one again.
+pub async fn a_shutdown_with_lanes_loses_nothing<F: Fixture>(fixture: &F) {
+    const CHECK: &str = "a_shutdown_with_lanes_loses_nothing";
+    let name = queue("lane-shutdown");
+    fixture.declare(&name, 5).await;
+    let lanes = ["a", "b", "c"];
+    for n in 0..5 {
+        for lane in lanes {
+            fixture
+                .publish(
+                    &name,
+                    in_lane(lane, n, &format!("{lane}{n}"), n.into(), 100),
+                )
+                .await;
+        }
+    }
+    let store = Store::default();
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = ordered(fixture, &name, &store, 5, &stop).await;
+    until(CHECK, &store, |s| s.rows().len() >= 3).await;
+    stop.notify_one();
+    let report = running.await.expect("the consumer ran");
+    let first: Vec<String> = store.rows().into_keys().collect();
+    assert_eq!(
+        report.acked as usize,
+        first.len(),
+        "conformance `{CHECK}`: acknowledged exactly the units applied: {report:?}"
+    );
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let running = ordered(fixture, &name, &store, 5, &stop).await;
+    until(CHECK, &store, |s| s.rows().len() == 15).await;
+    stop.notify_one();
+    running.await.expect("the consumer ran");
+    let exact = !fixture.may_deliver_released_units_to_a_stopped_source();
+    for n in 0..5 {
+        for lane in lanes {
+            let key = format!("{lane}{n}");
+            let runs = store.runs_of(&key).len();
+            assert!(
+                runs == 1 || (!exact && runs > 1 && !first.contains(&key)),
+                "conformance `{CHECK}`: {key} ran once: {:?}",
+                store.runs()
+            );
+        }
+    }
+    assert!(dead_letters(fixture, &name).await.is_empty());
 }
