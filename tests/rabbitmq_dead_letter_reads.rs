@@ -314,3 +314,41 @@ async fn the_consumer_records_when_it_dead_lettered_a_unit_and_lists_oldest_firs
     .await;
     publisher.close().await;
 }
+
+/// Readers at the same time — on connections of their own (the broker's lock) and sharing one
+/// connection (the process's) — each see the whole dead letter: a count or a listing never
+/// misses the units another reader holds at that moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_at_the_same_time_each_see_the_whole_dead_letter() {
+    let topology = RabbitTopology::new(format!("rmq-dlq-readers-{}", std::process::id()));
+    let url = amqp_url();
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    fill(&publisher, &topology).await;
+    let shared = std::sync::Arc::new(rabbitmq::connect(&url).await);
+    let readers = [
+        RabbitDeadLetters::new(url.as_str(), &topology),
+        RabbitDeadLetters::new(url.as_str(), &topology),
+        RabbitDeadLetters::new(shared.clone(), &topology),
+        RabbitDeadLetters::new(shared.clone(), &topology),
+    ];
+    let runs = readers.into_iter().enumerate().map(|(n, dead)| {
+        tokio::spawn(async move {
+            for read in 0..4 {
+                let context = format!("reader {n}, read {read}");
+                assert_eq!(dead.count().await.unwrap(), UNITS as u64, "{context}");
+                let listed = dead.list(UNITS, None).await.unwrap().records;
+                assert_eq!(listed.len(), UNITS, "{context}");
+            }
+        })
+    });
+    for run in join_all(runs).await {
+        run.unwrap();
+    }
+    rabbitmq::delete_queues(
+        &connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+}

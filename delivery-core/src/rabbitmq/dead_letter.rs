@@ -54,7 +54,8 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 ///   with the connection if the reader dies), and a lock in the process for operations sharing
 ///   one connection — and releases it once the units it handed back are ready again. So a count
 ///   is exact, and a bulk action sees every unit: none is held by another reader at that moment.
-///   An operation waits up to a minute for another reader before it fails.
+///   An operation waits up to a minute for another reader before it fails. Credentials without
+///   the `configure` permission on that name read without the broker's lock (with a warning).
 /// - The unit is the message as published: its `message_id` (or the digest the source uses for a
 ///   unit without one), body, and own headers — without this crate's `x-dead-letter-*` and
 ///   `x-delivery-count`, and the broker's `x-acquired-count`, `x-death`, `x-first-death-*`,
@@ -209,18 +210,41 @@ impl RabbitDeadLetters {
                         _local: guard,
                         connection,
                         control,
-                        lock,
+                        lock: Some(lock),
                     });
                 }
                 Err(error) => error,
             };
             // The broker closed the channel that asked.
-            if is_locked(&error) && Instant::now() < deadline {
+            if soft(&error, AMQPSoftError::RESOURCELOCKED) && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+            if soft(&error, AMQPSoftError::ACCESSREFUSED) {
+                // Credentials without the `configure` permission on the lock's name: read
+                // without the broker's lock rather than not at all.
+                tracing::warn!(
+                    dead_letter = self.dead_letter_queue,
+                    %error,
+                    "the dead letter's lock queue `{lock}` may not be declared with these \
+                     credentials: reading without it, so a reader in another process may make \
+                     a count or a listing miss the units it holds"
+                );
+                return match connection.create_channel().await {
+                    Ok(control) => Ok(Reading {
+                        _local: guard,
+                        connection,
+                        control,
+                        lock: None,
+                    }),
+                    Err(error) => {
+                        connection.close("done").await;
+                        Err(TransportError::new("opening a channel", error))
+                    }
+                };
+            }
             connection.close("done").await;
-            return Err(if is_locked(&error) {
+            return Err(if soft(&error, AMQPSoftError::RESOURCELOCKED) {
                 TransportError::msg(
                     "reading the dead letter",
                     format!(
@@ -325,12 +349,10 @@ impl RabbitDeadLetters {
     }
 }
 
-/// Whether the broker refused a lock held by another connection (`RESOURCE_LOCKED`).
-fn is_locked(error: &lapin::Error) -> bool {
-    matches!(
-        error.kind(),
-        ErrorKind::ProtocolError(e) if *e.kind() == AMQPErrorKind::Soft(AMQPSoftError::RESOURCELOCKED)
-    )
+/// Whether the broker refused with `kind`: `RESOURCE_LOCKED` when another connection holds the
+/// lock, `ACCESS_REFUSED` when the credentials may not declare it.
+fn soft(error: &lapin::Error, kind: AMQPSoftError) -> bool {
+    matches!(error.kind(), ErrorKind::ProtocolError(e) if *e.kind() == AMQPErrorKind::Soft(kind))
 }
 
 /// When the unit was dead-lettered, in milliseconds since the epoch, where that is recorded:
@@ -351,22 +373,25 @@ struct Reading {
     connection: Leased,
     /// The channel that declared the lock queue; it also reads the depth.
     control: Channel,
-    lock: String,
+    /// The lock queue, unless the credentials may not declare it.
+    lock: Option<String>,
 }
 
 impl Reading {
     /// Deletes the lock queue (your connection stays open; a connection of its own is closed).
     async fn release(self) {
-        let delete = async |channel: &Channel| {
-            channel
-                .queue_delete(self.lock.as_str().into(), QueueDeleteOptions::default())
-                .await
-        };
-        if delete(&self.control).await.is_err()
-            && let Ok(channel) = self.connection.create_channel().await
-        {
-            let _ = delete(&channel).await;
-            super::close_channel(&channel, "done").await;
+        if let Some(lock) = &self.lock {
+            let delete = async |channel: &Channel| {
+                channel
+                    .queue_delete(lock.as_str().into(), QueueDeleteOptions::default())
+                    .await
+            };
+            if delete(&self.control).await.is_err()
+                && let Ok(channel) = self.connection.create_channel().await
+            {
+                let _ = delete(&channel).await;
+                super::close_channel(&channel, "done").await;
+            }
         }
         super::close_channel(&self.control, "done").await;
         self.connection.close("done").await;
