@@ -61,6 +61,20 @@ async fn fill(publisher: &ConfirmedPublisher, topology: &RabbitTopology) {
     }
 }
 
+/// Deletes the topology's queues and closes the publisher.
+async fn cleanup(
+    connection: &delivery::lapin::Connection,
+    topology: &RabbitTopology,
+    publisher: ConfirmedPublisher,
+) {
+    rabbitmq::delete_queues(
+        connection,
+        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    )
+    .await;
+    publisher.close().await;
+}
+
 fn ids(records: &[DeadLetter]) -> Vec<String> {
     records.iter().map(|d| d.id().as_str().to_owned()).collect()
 }
@@ -205,12 +219,7 @@ async fn reads_leave_every_dead_letter_in_place(classic: bool) {
     );
     assert_eq!(dead.count().await.unwrap(), kept.len() as u64);
 
-    rabbitmq::delete_queues(
-        &connection,
-        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
-    )
-    .await;
-    publisher.close().await;
+    cleanup(&connection, &topology, publisher).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,12 +316,7 @@ async fn the_consumer_records_when_it_dead_lettered_a_unit_and_lists_oldest_firs
         .unwrap_or_default();
     assert!(!headers.contains_key("x-dead-letter-at"), "{headers:?}");
 
-    rabbitmq::delete_queues(
-        &connection,
-        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
-    )
-    .await;
-    publisher.close().await;
+    cleanup(&connection, &topology, publisher).await;
 }
 
 /// Readers at the same time — on connections of their own (the broker's lock) and sharing one
@@ -345,10 +349,82 @@ async fn readers_at_the_same_time_each_see_the_whole_dead_letter() {
     for run in join_all(runs).await {
         run.unwrap();
     }
-    rabbitmq::delete_queues(
-        &connection,
-        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
+    cleanup(&connection, &topology, publisher).await;
+}
+
+/// The console over a RabbitMQ dead letter of 1 000 units: the overview counts each group
+/// exactly, the group page of the 100 rejected units lists each once on every read, and the
+/// group purge removes exactly those 100.
+#[cfg(feature = "admin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_reads_and_purges_a_group_of_a_1000_unit_dead_letter_exactly() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode, header};
+    use tower::ServiceExt as _;
+
+    const TOKEN: &str = "test-console-token-0123456789";
+    let topology = RabbitTopology::new(format!("rmq-dlq-console-{}", std::process::id()));
+    let url = amqp_url();
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    fill(&publisher, &topology).await;
+    let dead = RabbitDeadLetters::new(url.as_str(), &topology);
+    let app = axum::Router::new().nest(
+        "/admin",
+        delivery::admin::Console::new(TOKEN)
+            .dead_letters(dead.clone())
+            .router(),
+    );
+    let send = async |request: axum::http::request::Builder, body: String| {
+        let request = request
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::from(body))
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let location = response.headers().get(header::LOCATION).cloned();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 24)
+            .await
+            .unwrap();
+        (status, location, String::from_utf8(body.to_vec()).unwrap())
+    };
+    let (name, queue) = (topology.dead_letter_queue_name(), &topology.queue);
+
+    let (status, _, overview) = send(Request::get("/admin"), String::new()).await;
+    assert_eq!(status, StatusCode::OK);
+    for (reason, n) in [("malformed", 900), ("rejected", 100)] {
+        let row = format!(
+            r#"data-reason="{reason}"><td>{queue}</td><td>{reason}</td><td class="count">{n}</td>"#
+        );
+        assert!(overview.contains(&row), "{row} in:\n{overview}");
+    }
+    let group = format!("/admin/d/{name}?source={queue}&reason=rejected");
+    for read in 0..5 {
+        let (status, _, page) = send(Request::get(group.as_str()), String::new()).await;
+        assert_eq!(status, StatusCode::OK);
+        let rows: Vec<&str> = page
+            .split(r#"<tr class="unit" data-id=""#)
+            .skip(1)
+            .map(|row| &row[..row.find('"').unwrap()])
+            .collect();
+        let distinct: HashSet<&str> = rows.iter().copied().collect();
+        assert_eq!(rows.len(), UNITS / 10, "read {read}: one row a unit");
+        assert_eq!(distinct.len(), UNITS / 10, "read {read}: each unit once");
+    }
+
+    let at = overview.find(r#"name="csrf" value=""#).expect("a form") + 19;
+    let csrf = &overview[at..at + 64];
+    let (status, location, _) = send(
+        Request::post(format!("/admin/d/{name}/group/purge"))
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded"),
+        format!("csrf={csrf}&source={queue}&reason=rejected"),
     )
     .await;
-    publisher.close().await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        location.unwrap().to_str().unwrap(),
+        format!("/admin?done=purged&n={}", UNITS / 10)
+    );
+    assert_eq!(dead.count().await.unwrap(), (UNITS - UNITS / 10) as u64);
+    cleanup(&connection, &topology, publisher).await;
 }
