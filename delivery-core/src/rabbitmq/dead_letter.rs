@@ -81,7 +81,7 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// - A purge acknowledges the matching units: they are gone for good.
 ///
 /// **Deliveries.** A quorum queue counts a handed-back unit: on RabbitMQ 3.x its
-/// `x-delivery-count` header grows with every read (the record leaves it out, and the topology
+/// `x-delivery-count` header grows by one with every read (the record leaves it out, and the topology
 /// declares the dead-letter queue without a delivery limit, so nothing comes of it). RabbitMQ 4.3
 /// and later count only failed deliveries, and a `basic.nack` with requeue is not one. RabbitMQ
 /// 4.0 to 4.2 give every quorum queue a delivery limit of 20 by default and count every hand-back
@@ -89,9 +89,10 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// (`rabbitmqctl set_policy dlq-unlimited '\.dlq$' '{"delivery-limit": -1}' --apply-to quorum_queues`),
 /// or the 21st read drops its units.
 ///
-/// **Cost.** Every operation holds the whole dead letter in memory for its duration (the broker
-/// delivers it at once: a thousand units take a few tens of milliseconds), and every page is a
-/// read of the whole dead letter.
+/// **Cost.** Every operation holds the whole dead letter in memory for its duration, and every
+/// page is a read of the whole dead letter (the broker delivers it at once: a list of 1 000
+/// units took 0.12-0.28 s on a local RabbitMQ 3.10, quorum or classic, and ten pages of 100
+/// 1.4-3.2 s).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delivery::TransportError> {
