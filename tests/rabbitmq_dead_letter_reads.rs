@@ -61,17 +61,15 @@ async fn fill(publisher: &ConfirmedPublisher, topology: &RabbitTopology) {
     }
 }
 
-/// Deletes the topology's queues and closes the publisher.
+/// Deletes the topology's queues (and the dead letter's lock queue) and closes the publisher.
 async fn cleanup(
     connection: &delivery::lapin::Connection,
     topology: &RabbitTopology,
     publisher: ConfirmedPublisher,
 ) {
-    rabbitmq::delete_queues(
-        connection,
-        [topology.queue.as_str(), &topology.dead_letter_queue_name()],
-    )
-    .await;
+    let dead = topology.dead_letter_queue_name();
+    let lock = format!("{dead}.reader");
+    rabbitmq::delete_queues(connection, [topology.queue.as_str(), &dead, &lock]).await;
     publisher.close().await;
 }
 
@@ -426,5 +424,68 @@ async fn the_console_reads_and_purges_a_group_of_a_1000_unit_dead_letter_exactly
         format!("/admin?done=purged&n={}", UNITS / 10)
     );
     assert_eq!(dead.count().await.unwrap(), (UNITS - UNITS / 10) as u64);
+    cleanup(&connection, &topology, publisher).await;
+}
+
+/// The broker's lock, as another process holds it: while another connection is the exclusive
+/// consumer of `<dead-letter queue>.reader`, a read waits; once it lets go, the read goes on and
+/// sees every unit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_waits_while_another_connection_holds_the_lock() {
+    use delivery::lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+    use std::time::Duration;
+
+    let topology = RabbitTopology::new(format!("rmq-dlq-lock-{}", std::process::id()));
+    let url = amqp_url();
+    let connection = rabbitmq::fresh(&url, &topology).await;
+    let publisher = ConfirmedPublisher::new(url.as_str());
+    fill(&publisher, &topology).await;
+    let dead = RabbitDeadLetters::new(url.as_str(), &topology);
+    assert_eq!(
+        dead.count().await.unwrap(),
+        UNITS as u64,
+        "declares the lock queue"
+    );
+
+    // Another reader: the exclusive consumer of the lock queue, on a connection of its own.
+    let other = rabbitmq::connect(&url).await;
+    let channel = other.create_channel().await.unwrap();
+    let lock = format!("{}.reader", topology.dead_letter_queue_name());
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(lock.as_str().into(), passive, FieldTable::default())
+        .await
+        .expect("the lock queue exists after a read");
+    let exclusive = BasicConsumeOptions {
+        exclusive: true,
+        no_ack: true,
+        ..BasicConsumeOptions::default()
+    };
+    let _held = channel
+        .basic_consume(
+            lock.as_str().into(),
+            "other-reader".into(),
+            exclusive,
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+
+    let reading = tokio::spawn({
+        let dead = dead.clone();
+        async move { dead.list(UNITS, None).await.unwrap().records.len() }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!reading.is_finished(), "a read waits for the other reader");
+    channel.close(200, "done".into()).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_secs(30), reading)
+        .await
+        .expect("the read goes on once the lock is free")
+        .unwrap();
+    assert_eq!(read, UNITS);
+    let _ = other.close(200, "done".into()).await;
     cleanup(&connection, &topology, publisher).await;
 }

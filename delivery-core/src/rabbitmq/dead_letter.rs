@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions,
-    BasicQosOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::types::{AMQPValue, FieldTable};
@@ -49,13 +49,14 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 ///   pages follow one another exactly across reads, and a unit removed between two pages does
 ///   not shift the next page. A cursor of another version (a place from the head) is refused.
 /// - **One reader at a time**: every operation, [`count`](DeadLetters::count) included, first
-///   takes the dead letter's lock — an exclusive, auto-deleted queue `<dead-letter queue>.reader`
-///   declared by its connection (the broker refuses it to every other connection, and drops it
-///   with the connection if the reader dies), and a lock in the process for operations sharing
-///   one connection — and releases it once the units it handed back are ready again. So a count
-///   is exact, and a bulk action sees every unit: none is held by another reader at that moment.
-///   An operation waits up to a minute for another reader before it fails. Credentials without
-///   the `configure` permission on that name read without the broker's lock (with a warning).
+///   takes the dead letter's lock — the exclusive consumer of the queue
+///   `<dead-letter queue>.reader` (declared where missing, not durable, dropped by the broker an
+///   hour after its last use; the broker refuses a second exclusive consumer, and ends it with
+///   its connection if the reader dies), and a lock in the process — and releases it once the
+///   units it handed back are ready again. So a count is exact, and a bulk action sees every
+///   unit: none is held by another reader at that moment. An operation waits up to a minute for
+///   another reader before it fails. Credentials without the permissions on that name read
+///   without the broker's lock (with a warning).
 /// - The unit is the message as published: its `message_id` (or the digest the source uses for a
 ///   unit without one), body, and own headers — without this crate's `x-dead-letter-*` and
 ///   `x-delivery-count`, and the broker's `x-acquired-count`, `x-death`, `x-first-death-*`,
@@ -137,8 +138,11 @@ const IDLE: Duration = Duration::from_secs(2);
 /// [`Pass::barrier`]).
 const ACKS_IN_FLIGHT: u32 = 8;
 
-/// The consumer tag of a snapshot.
+/// The consumer tag of a snapshot, and of the lock.
 const READER: &str = "delivery-dead-letter-reader";
+
+/// How long the lock queue outlives its last use (`x-expires`): one hour.
+const LOCK_EXPIRES_MS: i64 = 3_600_000;
 
 /// The readers of this process, one per dead-letter queue at a time: the broker's lock is held
 /// by a connection, and operations on your connection share it.
@@ -167,7 +171,7 @@ impl RabbitDeadLetters {
         })
     }
 
-    /// The exclusive queue whose owner is the dead letter's one reader.
+    /// The queue whose exclusive consumer is the dead letter's one reader.
     fn lock_queue(&self) -> String {
         format!("{}.reader", self.dead_letter_queue)
     }
@@ -194,49 +198,61 @@ impl RabbitDeadLetters {
                     return Err(TransportError::new("opening a channel", error));
                 }
             };
-            let declared = control
-                .queue_declare(
-                    lock.as_str().into(),
-                    QueueDeclareOptions {
+            // A refusal closes the channel that asked: each step that may be refused is tried
+            // on a channel of its own.
+            let taken = match self.lock_exists(&connection, &lock).await {
+                Ok(()) => {
+                    let options = BasicConsumeOptions {
                         exclusive: true,
-                        auto_delete: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await;
-            let error = match declared {
-                Ok(_) => {
+                        no_ack: true,
+                        ..BasicConsumeOptions::default()
+                    };
+                    control
+                        .basic_consume(
+                            lock.as_str().into(),
+                            READER.into(),
+                            options,
+                            FieldTable::default(),
+                        )
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            let error = match taken {
+                Ok(consumer) => {
                     return Ok(Reading {
                         _local: guard,
+                        _lock: Some(consumer),
                         connection,
                         control,
-                        lock: Some(lock),
                     });
                 }
                 Err(error) => error,
             };
-            // The broker closed the channel that asked.
-            if soft(&error, AMQPSoftError::RESOURCELOCKED) && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            let held = soft(&error, AMQPSoftError::ACCESSREFUSED)
+                && error.to_string().contains("exclusive use");
+            // The lock queue expired between the two steps: declare it again.
+            let gone = soft(&error, AMQPSoftError::NOTFOUND);
+            if (held || gone) && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
-            if soft(&error, AMQPSoftError::ACCESSREFUSED) {
-                // Credentials without the `configure` permission on the lock's name: read
-                // without the broker's lock rather than not at all.
+            if soft(&error, AMQPSoftError::ACCESSREFUSED) && !held {
+                // Credentials without the permissions on the lock's name: read without the
+                // broker's lock rather than not at all.
                 tracing::warn!(
                     dead_letter = self.dead_letter_queue,
                     %error,
-                    "the dead letter's lock queue `{lock}` may not be declared with these \
+                    "the dead letter's lock queue `{lock}` may not be used with these \
                      credentials: reading without it, so a reader in another process may make \
                      a count or a listing miss the units it holds"
                 );
                 return match connection.create_channel().await {
                     Ok(control) => Ok(Reading {
                         _local: guard,
+                        _lock: None,
                         connection,
                         control,
-                        lock: None,
                     }),
                     Err(error) => {
                         connection.close("done").await;
@@ -245,12 +261,12 @@ impl RabbitDeadLetters {
                 };
             }
             connection.close("done").await;
-            return Err(if soft(&error, AMQPSoftError::RESOURCELOCKED) {
+            return Err(if held {
                 TransportError::msg(
                     "reading the dead letter",
                     format!(
-                        "another reader has held `{}` for {}s (its lock is the exclusive queue \
-                         `{lock}`): try again once it is done",
+                        "another reader has held `{}` for {}s (its lock is the exclusive \
+                         consumer of `{lock}`): try again once it is done",
                         self.dead_letter_queue,
                         LOCK_WAIT.as_secs()
                     ),
@@ -258,6 +274,33 @@ impl RabbitDeadLetters {
             } else {
                 TransportError::new("taking the dead letter's lock", error)
             });
+        }
+    }
+
+    /// Makes sure the lock queue exists: looked up (a passive declare, which changes nothing on
+    /// the broker), declared where it is missing — not durable, and dropped by the broker once
+    /// no reader used it for [`LOCK_EXPIRES_MS`].
+    async fn lock_exists(&self, connection: &Leased, lock: &str) -> Result<(), lapin::Error> {
+        let declare = async |passive: bool| {
+            let channel = connection.create_channel().await?;
+            let mut arguments = FieldTable::default();
+            if !passive {
+                arguments.insert("x-expires".into(), AMQPValue::LongLongInt(LOCK_EXPIRES_MS));
+            }
+            let options = QueueDeclareOptions {
+                passive,
+                ..QueueDeclareOptions::default()
+            };
+            let declared = channel
+                .queue_declare(lock.into(), options, arguments)
+                .await
+                .map(drop);
+            super::close_channel(&channel, "done").await;
+            declared
+        };
+        match declare(true).await {
+            Err(error) if soft(&error, AMQPSoftError::NOTFOUND) => declare(false).await,
+            looked_up => looked_up,
         }
     }
 
@@ -350,8 +393,8 @@ impl RabbitDeadLetters {
     }
 }
 
-/// Whether the broker refused with `kind`: `RESOURCE_LOCKED` when another connection holds the
-/// lock, `ACCESS_REFUSED` when the credentials may not declare it.
+/// Whether the broker refused with `kind` (`ACCESS_REFUSED`: another reader holds the lock, or
+/// the credentials may not use it; `NOT_FOUND`: the lock queue expired).
 fn soft(error: &lapin::Error, kind: AMQPSoftError) -> bool {
     matches!(error.kind(), ErrorKind::ProtocolError(e) if *e.kind() == AMQPErrorKind::Soft(kind))
 }
@@ -371,29 +414,19 @@ fn dead_lettered_at(properties: &BasicProperties, death: Option<&Death>) -> Opti
 /// An operation's hold on the dead letter (see [`RabbitDeadLetters::hold`]).
 struct Reading {
     _local: OwnedMutexGuard<()>,
+    /// The exclusive consumer of the lock queue (dropped, lapin cancels it), unless the
+    /// credentials may not use it.
+    _lock: Option<lapin::Consumer>,
     connection: Leased,
-    /// The channel that declared the lock queue; it also reads the depth.
+    /// The channel whose exclusive consumer of the lock queue is the lock (closing it releases
+    /// the lock); it also reads the depth.
     control: Channel,
-    /// The lock queue, unless the credentials may not declare it.
-    lock: Option<String>,
 }
 
 impl Reading {
-    /// Deletes the lock queue (your connection stays open; a connection of its own is closed).
+    /// Closes the lock's channel, which ends its consumer (your connection stays open; a
+    /// connection of its own is closed).
     async fn release(self) {
-        if let Some(lock) = &self.lock {
-            let delete = async |channel: &Channel| {
-                channel
-                    .queue_delete(lock.as_str().into(), QueueDeleteOptions::default())
-                    .await
-            };
-            if delete(&self.control).await.is_err()
-                && let Ok(channel) = self.connection.create_channel().await
-            {
-                let _ = delete(&channel).await;
-                super::close_channel(&channel, "done").await;
-            }
-        }
         super::close_channel(&self.control, "done").await;
         self.connection.close("done").await;
     }
