@@ -92,8 +92,8 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 ///
 /// **Cost.** Every operation holds the whole dead letter in memory for its duration, and every
 /// page is a read of the whole dead letter (the broker delivers it at once: a list of 1 000
-/// units took 0.12-0.28 s on a local RabbitMQ 3.10, quorum or classic, and ten pages of 100
-/// 1.4-3.2 s).
+/// units took 0.12-0.40 s on a local RabbitMQ 3.10, quorum or classic, and ten pages of 100
+/// 1.4-4.6 s, on a loaded two-core machine).
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), delivery::TransportError> {
