@@ -130,8 +130,9 @@ async fn list_and_peek_leave_units_redrive_moves_one_under_its_id_and_purge_remo
     )))
     .await;
     let (topology, dead) = (&setup.topology, &setup.dead);
-    dead_letter(&setup.publisher, topology, "d-1", Some(1_700_000_000)).await;
-    dead_letter(&setup.publisher, topology, "d-2", None).await;
+    // A unit with no recorded time is listed before one with a time (`timestamp` here).
+    dead_letter(&setup.publisher, topology, "d-2", Some(1_700_000_000)).await;
+    dead_letter(&setup.publisher, topology, "d-1", None).await;
 
     assert_eq!(dead.name(), topology.dead_letter_queue_name());
     assert_eq!(dead.count().await.unwrap(), 2);
@@ -148,11 +149,11 @@ async fn list_and_peek_leave_units_redrive_moves_one_under_its_id_and_purge_remo
     }
     assert_eq!(records[0].unit.payload().as_ref(), b"body of d-1");
     assert_eq!(
-        records[0].dead_lettered_at,
+        records[1].dead_lettered_at,
         Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
         "the message's timestamp, where nothing else was recorded"
     );
-    assert_eq!(records[1].dead_lettered_at, None);
+    assert_eq!(records[0].dead_lettered_at, None);
     assert_eq!(
         dead.peek(&UnitId::new("d-2")).await.unwrap().as_ref(),
         Some(&records[1])

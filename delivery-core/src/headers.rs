@@ -73,6 +73,9 @@ pub const DEAD_LETTER_DETAIL: &str = "x-dead-letter-detail";
 pub const DEAD_LETTER_SOURCE: &str = "x-dead-letter-source";
 /// The delivery (from 1) on which the unit was dead-lettered.
 pub const DEAD_LETTER_DELIVERY_COUNT: &str = "x-dead-letter-delivery-count";
+/// RabbitMQ: when the consumer dead-lettered the unit, in milliseconds since the Unix epoch
+/// (what orders the dead letter's listing).
+pub const DEAD_LETTER_AT: &str = "x-dead-letter-at";
 /// NATS: the subject the unit had been published to (where a redrive publishes it again).
 pub const DEAD_LETTER_SUBJECT: &str = "x-dead-letter-subject";
 /// NATS: the unit's sequence in its source stream.

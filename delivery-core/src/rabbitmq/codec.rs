@@ -141,6 +141,8 @@ fn headers_where(headers: Option<&FieldTable>, keep: impl Fn(&str) -> bool) -> H
 /// Headers the broker or this transport set along the way, which are not part of the unit.
 pub(crate) fn is_transport_header(name: &str) -> bool {
     name == crate::headers::DELIVERY_COUNT
+        // RabbitMQ 4.3 and later: every acquisition by a consumer, failed or not.
+        || name == "x-acquired-count"
         || crate::headers::is_dead_letter(name)
         || name == "x-death"
         || name.starts_with("x-first-death-")
@@ -199,6 +201,13 @@ pub(crate) fn rewrite_edited(headers: Option<&FieldTable>, original: &[u8]) -> F
             .map(|(name, value)| (*name, text_value(value)))
             .collect::<Vec<_>>(),
     )
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 pub(crate) fn text_value(s: &str) -> AMQPValue {

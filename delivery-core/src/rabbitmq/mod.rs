@@ -15,8 +15,8 @@
 //!   confirmed copy carrying the incremented count, then an ack of the original
 //!   ([`QueueType::Classic`]).
 //! - **Poison goes to the dead letter directly**: published intact (body and properties, with
-//!   `x-dead-letter-reason`, `x-dead-letter-detail`, `x-dead-letter-source` and
-//!   `x-dead-letter-delivery-count` headers) on a confirm channel, and only once the broker
+//!   `x-dead-letter-reason`, `x-dead-letter-detail`, `x-dead-letter-source`,
+//!   `x-dead-letter-delivery-count` and `x-dead-letter-at` headers) on a confirm channel, and only once the broker
 //!   confirmed it, acked; otherwise returned.
 //! - **Recovery**: a lost connection or channel is reopened by [`RabbitSource`]'s `receive` with a
 //!   backoff; units in flight at the loss come back from the broker. A connection that is yours

@@ -148,6 +148,10 @@ impl Settle for RabbitHandle {
                     crate::headers::DEAD_LETTER_DELIVERY_COUNT,
                     AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
                 ),
+                (
+                    crate::headers::DEAD_LETTER_AT,
+                    AMQPValue::LongLongInt(codec::now_millis()),
+                ),
             ],
         );
         let properties = self.properties.clone().with_headers(headers);
