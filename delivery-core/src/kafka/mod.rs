@@ -84,7 +84,10 @@
 //! - **A run** is a partition's units from its assignment to this source until it is revoked or
 //!   the source stops. Its first unit (the committed position) reads the partition's last record
 //!   and, before anything of the partition is handed out, records its own delivery (attempt 1),
-//!   confirmed by the broker. A revocation and a clean stop record a clean end.
+//!   confirmed by the broker. A clean stop records a clean end, and so does a revocation, for
+//!   each partition with no unit still running: a partition revoked while a unit of it runs keeps
+//!   its last record (that unit may yet kill its consumer), so its next owner reads it as after a
+//!   run that died, and a slow unit that kills its consumer under rebalances is still counted.
 //! - **After a run that died**: if the last record is not a clean end, the earlier run died with
 //!   some unit unfinished — maybe the first, maybe one after it that ran concurrently. The
 //!   partition is then read **one unit at a time** for 100 units: before each is handed out, the
