@@ -51,8 +51,9 @@
 //!   through the retry topic) and [`crate::headers::DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
 //!   acknowledged it is its offset final.
 //! - **Operator side**: [`KafkaDeadLetters`] is the dead-letter topic's
-//!   [`DeadLetters`](crate::DeadLetters): count, list, peek, redrive to the source topic under the
-//!   same id, purge. Kafka removes no single record, so the records an operator redrove or purged
+//!   [`DeadLetters`](crate::DeadLetters): count, list, peek, redrive under the same id, purge. A
+//!   redrive goes to the group's own retry topic, due at once, so only the group that
+//!   dead-lettered the unit handles it again (per group, as above). Kafka removes no single record, so the records an operator redrove or purged
 //!   are recorded in a compacted topic of their own
 //!   ([`KafkaTopology::removed_topic_name`]) and no longer listed or counted.
 //! - **Busy handlers keep the group**: librdkafka leaves the group when the consumer is not polled
