@@ -86,6 +86,7 @@ async fn a_topic_that_exists_with_a_shorter_retention_is_refused() {
         .await
         .expect_err("a dead letter that keeps its records one hour is refused");
     let text = error.to_string();
+    eprintln!("refused: {text}");
     assert_eq!(error.kind(), TransportErrorKind::Misconfigured, "{text}");
     assert!(
         text.contains(&dead_letter) && text.contains("retention.ms") && text.contains("3600000"),

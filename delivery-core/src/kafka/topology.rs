@@ -512,10 +512,13 @@ impl KafkaTopology {
                 let value = config.get(key).and_then(|entry| entry.value.clone());
                 let existing = value.as_deref().and_then(|v| v.trim().parse::<i64>().ok());
                 if shorter(existing, wanted) {
-                    let has = value.map_or_else(
-                        || "not set (the broker's default applies: 7 days on a stock Kafka)".into(),
-                        |v| format!("`{v}`"),
-                    );
+                    let default = match key {
+                        "retention.ms" => {
+                            "not set (the broker's default applies: 7 days on a stock Kafka)"
+                        }
+                        _ => "not set (the broker's default applies)",
+                    };
+                    let has = value.map_or_else(|| default.to_owned(), |v| format!("`{v}`"));
                     shorts.push(format!(
                         "topic `{name}` has `{key}` {has}, shorter than the `{wanted}` declared"
                     ));
