@@ -1,7 +1,7 @@
 //! The operator's side of the Kafka dead letter through `DeadLetters`, against a real
 //! Kafka-protocol broker (tansu on 127.0.0.1:9092, or `KAFKA_BROKERS`): units refused by the
-//! consumer listed a page at a time across partitions, peeked, purged and redriven — Kafka
-//! removes no record, so the view records what it removed — and a view whose removed topic was
+//! consumer listed a page at a time across partitions, peeked, purged and redriven to the
+//! group's retry topic — Kafka removes no record, so the view records what it removed — and a view whose removed topic was
 //! never declared refusing to remove anything. Fails, never skips, when the broker is unreachable.
 #![cfg(feature = "kafka")]
 
@@ -121,27 +121,46 @@ async fn list_across_partitions_purge_and_redrive_under_the_same_id() {
     assert!(dead.peek(&UnitId::new("u-0")).await.unwrap().is_none());
     assert_eq!(dead.purge(&[UnitId::new("u-0")]).await.unwrap(), 0);
 
-    // Redriven: back in the source topic under its id and key, with its own headers and no
-    // delivery count; no longer in the dead letter.
+    // Redriven: to the group's own retry topic (not the source topic every group reads), due
+    // now, under its id and key, with its own headers, where it was first read and no delivery
+    // count; no longer in the dead letter.
+    let mut source_ends_before = Vec::new();
+    for partition in 0..3 {
+        source_ends_before.push(end_of(&topic, partition).await);
+    }
     let report = dead
         .redrive(Selection::Ids(&[UnitId::new("u-1"), UnitId::new("none")]))
         .await
         .unwrap();
+    let redriven_by = SystemTime::now();
     assert_eq!(report.redriven, [UnitId::new("u-1")]);
     assert_eq!(report.not_found, [UnitId::new("none")]);
     assert_eq!(dead.count().await.unwrap(), 4);
+    let retry = topology.retry_topic_name();
     let mut republished = None;
     for partition in 0..3 {
-        let end = end_of(&topic, partition).await;
+        let end = end_of(&retry, partition).await;
         if end == 0 {
             continue;
         }
-        let headers = headers_at(&topic, partition, end - 1).await;
+        let headers = headers_at(&retry, partition, end - 1).await;
         if headers.contains(&("message-id".to_owned(), "u-1".to_owned())) {
             republished = Some(headers);
         }
     }
-    let headers = republished.expect("u-1 at the end of a source partition");
+    let mut headers = republished.expect("u-1 at the end of a retry topic partition");
+    let mut taken = |name: &str| {
+        let at = headers.iter().position(|(n, _)| n == name).expect(name);
+        headers.remove(at).1
+    };
+    let due_ms: u64 = taken("x-delivery-due-ms").parse().unwrap();
+    let now_ms = redriven_by
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(due_ms <= now_ms, "due at once: {due_ms} > {now_ms}");
+    let partition: i32 = taken("x-delivery-origin-partition").parse().unwrap();
+    assert!((0..3).contains(&partition), "{partition}");
     assert_eq!(
         headers,
         [
@@ -152,7 +171,18 @@ async fn list_across_partitions_purge_and_redrive_under_the_same_id() {
             ("message-id".to_owned(), "u-1".to_owned()),
             // Its stamp, the offset it was first read at: a redrive is not a newer unit.
             ("x-delivery-stamp".to_owned(), "0".to_owned()),
+            // Where it was first read, recorded again if it is dead-lettered again.
+            ("x-delivery-origin-topic".to_owned(), topic.clone()),
+            ("x-delivery-origin-offset".to_owned(), "0".to_owned()),
         ]
+    );
+    let mut source_ends = Vec::new();
+    for partition in 0..3 {
+        source_ends.push(end_of(&topic, partition).await);
+    }
+    assert_eq!(
+        source_ends, source_ends_before,
+        "nothing was written to the source topic, which every group reads"
     );
 
     // Refused again, it comes back to the dead letter counted afresh: one copy of it listed.
@@ -195,6 +225,10 @@ async fn nothing_is_removed_without_a_removed_topic() {
     assert!(error.to_string().contains("declare"), "{error}");
     let error = dead.redrive(Selection::All).await.unwrap_err();
     assert!(error.to_string().contains("declare"), "{error}");
-    assert_eq!(end_of(&topic, 0).await, 0, "nothing redriven");
+    assert_eq!(
+        end_of(&topology.retry_topic_name(), 0).await,
+        0,
+        "nothing redriven"
+    );
     assert_eq!(dead.count().await.unwrap(), 1);
 }

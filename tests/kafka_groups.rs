@@ -1,11 +1,14 @@
 //! Two consumer groups reading one topic, against a real Kafka-protocol broker (tansu on
 //! 127.0.0.1:9092, or `KAFKA_BROKERS`): a unit that keeps failing in group A is retried through A's
 //! retry topic and dead-lettered in A's dead letter only; group B applies it once, and its retry
-//! topic and dead letter stay empty. Fails, never skips, when the broker is unreachable.
+//! topic and dead letter stay empty; a redrive from A's dead letter reaches A alone. Fails, never
+//! skips, when the broker is unreachable.
 #![cfg(feature = "kafka")]
 
 #[path = "support/kafka.rs"]
 mod kafka_support;
+#[path = "support/two_groups.rs"]
+mod two_groups;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -122,4 +125,27 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
     assert_eq!(applied_a.of("bad"), 0);
     assert_ne!(a.retry_topic_name(), b.retry_topic_name());
     assert_ne!(a.dead_letter_topic_name(), b.dead_letter_topic_name());
+}
+
+/// A redrive from group A's dead letter reaches group A alone: group B, which applied the unit
+/// when it was first published, does not run it again ("per group", `kafka/mod.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_reaches_only_the_group_that_dead_lettered_it() {
+    let topic = unique_name("kafka-redrive-groups");
+    let topology = |group: &str| {
+        KafkaTopology::new(&topic, format!("{topic}-{group}"))
+            .partitions(1)
+            .commit_interval(Duration::from_millis(100))
+    };
+    let (a, b) = (topology("a"), topology("b"));
+    declare(&a).await;
+    declare(&b).await;
+    let producer = producer();
+    two_groups::a_redrive_reaches_only_its_group(
+        KafkaSource::connect(&brokers(), a.clone()).unwrap(),
+        KafkaSource::connect(&brokers(), b).unwrap(),
+        &KafkaDeadLetters::new(&brokers(), &a),
+        async |id: &str| send(&producer, record(&topic, id, id, OwnedHeaders::new())).await,
+    )
+    .await;
 }

@@ -229,10 +229,12 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     }
     // A's held units finish now, after the rebalance: the handler applied them, but their
     // offsets belong to an assignment A no longer has. A then reads its new partition again
-    // and finishes it; B still holds its own.
+    // and finishes it; B still holds its own. (Both partitions were revoked with units running,
+    // so no run ended cleanly: each new owner reads its partition one unit at a time for a while,
+    // as after a crash, and B holds the first it is handed.)
     a.gate.add_permits(1000);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while a.ran.lock().unwrap().len() < 20 + (20 - b.seen.lock().unwrap().len()) {
+    while a.ran.lock().unwrap().len() <= 20 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "A did not finish its units: ran {:?}, B holds {:?}",

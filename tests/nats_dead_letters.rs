@@ -5,6 +5,8 @@
 
 #[path = "support/dead_letters.rs"]
 mod dead_letters;
+#[path = "support/two_groups.rs"]
+mod two_groups;
 
 use std::time::Duration;
 
@@ -252,4 +254,56 @@ async fn confirmed_acks_and_terms_are_answered() {
     let dead = NatsDeadLetters::new(client.clone(), &topology);
     assert_eq!(dead.count().await.unwrap(), 1);
     delete_streams(&context, &topology).await;
+}
+
+/// Two durable consumers of one stream, each with its own dead letter: a redrive from the first
+/// one's dead letter is run by the first alone; the second, which applied the unit when it was
+/// first published, does not run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_reaches_only_the_durable_that_dead_lettered_it() {
+    let client = async_nats::connect(nats_url())
+        .await
+        .unwrap_or_else(|e| panic!("NATS unreachable at {}: {e}", nats_url()));
+    let context = jetstream::new(client.clone());
+    let stream = format!("nats-redrive-groups-{}", std::process::id());
+    let topology = |durable: &str| {
+        let own = format!("{stream}_{durable}");
+        NatsTopology::new(&stream)
+            .subjects([format!("{stream}.>")])
+            .durable(durable)
+            .duplicate_window(Duration::from_millis(100))
+            .dead_letter_stream(format!("{own}_DLQ"))
+            .dead_letter_subject(format!("{own}_DLQ"))
+            .advisory_stream(format!("{own}_MAX_DELIVERIES"))
+    };
+    let (a, b) = (topology("a"), topology("b"));
+    delete_streams(&context, &a).await;
+    delete_streams(&context, &b).await;
+    for topology in [&a, &b] {
+        delivery::nats::declare(&nats_url(), topology)
+            .await
+            .unwrap();
+    }
+    two_groups::a_redrive_reaches_only_its_group(
+        NatsSource::with_client(client.clone(), a.clone())
+            .await
+            .unwrap(),
+        NatsSource::with_client(client.clone(), b.clone())
+            .await
+            .unwrap(),
+        &NatsDeadLetters::new(client.clone(), &a),
+        async |id: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("Nats-Msg-Id", id);
+            context
+                .publish_with_headers(format!("{stream}.orders"), headers, id.to_owned().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        },
+    )
+    .await;
+    delete_streams(&context, &a).await;
+    delete_streams(&context, &b).await;
 }

@@ -2,6 +2,9 @@
 //! gauge), list and peek without consuming, redrive under the same unit id, purge.
 #![cfg(feature = "redis")]
 
+#[path = "support/two_groups.rs"]
+mod two_groups;
+
 use std::time::{Duration, SystemTime};
 
 use delivery::dead_letter::{DeadLetters, Selection};
@@ -208,4 +211,42 @@ async fn list_peek_and_redrive_keep_units_intact_under_their_id() {
         .query_async(&mut redis)
         .await
         .unwrap();
+}
+
+/// Two consumer groups of one stream, each with its own dead letter: a redrive from the first
+/// group's dead letter is run by the first group alone; the second, which applied the unit when
+/// it was first published, does not run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_reaches_only_the_group_that_dead_lettered_it() {
+    let url = redis_url();
+    let mut redis = delivery::redis::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("Redis unreachable at {url}: {e}"));
+    let stream = format!("redis-redrive-groups-{}", std::process::id());
+    let topology = |group: &str| {
+        RedisTopology::new(&stream, group).dead_letter_stream(format!("{stream}.{group}.dlq"))
+    };
+    let (a, b) = (topology("a"), topology("b"));
+    let mut delete = redis::cmd("DEL");
+    delete
+        .arg(&stream)
+        .arg(a.dead_letter_stream_name())
+        .arg(b.dead_letter_stream_name());
+    let _: () = delete.query_async(&mut redis).await.unwrap();
+    delivery::redis::declare(&url, &a).await.unwrap();
+    delivery::redis::declare(&url, &b).await.unwrap();
+    let publisher = redis.clone();
+    two_groups::a_redrive_reaches_only_its_group(
+        RedisSource::connect(&url, a.clone()).await.unwrap(),
+        RedisSource::connect(&url, b.clone()).await.unwrap(),
+        &RedisDeadLetters::new(url.as_str(), &a).unwrap(),
+        async |id: &str| {
+            let unit = Unit::new(id, id.to_owned());
+            delivery::redis::publish(&mut publisher.clone(), &stream, &unit)
+                .await
+                .unwrap();
+        },
+    )
+    .await;
+    let _: () = delete.query_async(&mut redis).await.unwrap();
 }

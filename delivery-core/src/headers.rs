@@ -89,6 +89,16 @@ pub const DEAD_LETTER_SOURCE_PARTITION: &str = "x-dead-letter-source-partition";
 /// Kafka: the offset the unit was first read at.
 pub const DEAD_LETTER_SOURCE_OFFSET: &str = "x-dead-letter-source-offset";
 
+/// Redis, NATS: the consumer group (NATS: the durable consumer) that dead-lettered the unit, for
+/// whom alone a redrive is meant.
+pub const DEAD_LETTER_GROUP: &str = "x-dead-letter-group";
+
+/// Redis, NATS: on a redriven unit, the one consumer group (NATS: durable consumer) it is for —
+/// the one that dead-lettered it ([`DEAD_LETTER_GROUP`]). A redrive goes back to the stream every
+/// group reads; the sources of the other groups acknowledge it without handling it, as they
+/// applied the unit when it was first delivered.
+pub const REDRIVE_GROUP: &str = "x-delivery-redrive-group";
+
 /// Whether `name` is one of the headers a dead letter adds (and a redrive removes).
 pub fn is_dead_letter(name: &str) -> bool {
     name.starts_with("x-dead-letter-")

@@ -39,6 +39,40 @@ pub(super) struct BookState {
     pub(super) alone: HashMap<Partition, u64>,
 }
 
+/// What a revocation leaves to do: the runs to record as ended cleanly, and the offsets to
+/// commit.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Revoked {
+    pub(super) clean: Vec<Partition>,
+    pub(super) owed: Vec<(Partition, u64)>,
+}
+
+impl BookState {
+    /// Forgets `partitions` (revoked): their generations, watermarks and units handed out alone.
+    /// Only those with no unit pending end cleanly.
+    pub(super) fn revoke(&mut self, partitions: impl IntoIterator<Item = Partition>) -> Revoked {
+        let mut revoked = Revoked::default();
+        for partition in partitions {
+            // A revocation is no crash, but a unit still running may yet kill its consumer: the
+            // run ends cleanly only with nothing pending, else the last delivery recorded stays
+            // and the next owner counts the unit again (a slow poison unit under rebalances
+            // still reaches the bound).
+            let nothing_pending = self
+                .watermarks
+                .get(&partition)
+                .is_none_or(|watermark| watermark.pending() == 0);
+            if self.generations.remove(&partition).is_some() && nothing_pending {
+                revoked.clean.push(partition);
+            }
+            self.alone.remove(&partition);
+            if let Some(offset) = self.watermarks.revoke(&partition) {
+                revoked.owed.push((partition, offset));
+            }
+        }
+        revoked
+    }
+}
+
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every update under these locks is a single step; a panic elsewhere leaves them consistent.
     mutex
@@ -210,25 +244,13 @@ impl Book {
     /// A rebalance takes `list` away: commit what is final for each partition, then forget it.
     pub(super) fn revoke<C: Consumer<Context>>(&self, consumer: &C, list: &TopicPartitionList) {
         let _one = lock(&self.committing);
-        let mut clean = Vec::new();
-        let owed: Vec<(Partition, u64)> = {
-            let mut state = lock(&self.state);
-            list.elements()
-                .iter()
-                .filter_map(|element| {
-                    let partition = (self.log(element.topic())?, element.partition());
-                    // A revocation is no crash: the run ends cleanly even with units in flight
-                    // (the new owner reads them again), so the new owner reads concurrently.
-                    if state.generations.remove(&partition).is_some() {
-                        clean.push(partition);
-                    }
-                    state.alone.remove(&partition);
-                    let offset = state.watermarks.revoke(&partition)?;
-                    Some((partition, offset))
-                })
-                .collect()
-        };
-        // A revocation is no crash, whether or not its commit went through.
+        let partitions: Vec<Partition> = list
+            .elements()
+            .iter()
+            .filter_map(|element| Some((self.log(element.topic())?, element.partition())))
+            .collect();
+        let Revoked { clean, owed } = lock(&self.state).revoke(partitions);
+        // Whether or not its commit went through: the new owner reads again what was not final.
         self.attempts.ended_cleanly(&self.producer, &clean);
         match self.commit(consumer, &owed) {
             Ok(()) => {
@@ -241,5 +263,41 @@ impl Book {
             // The new owner starts from the last commit: units are read again, never skipped.
             Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A revocation while a unit of a partition is still running is no clean end for that
+    /// partition: the unit may yet kill the process, and a clean end would reset its crash-loop
+    /// count (a slow poison unit under rebalances would loop forever). A partition whose units
+    /// are all final ends cleanly.
+    #[test]
+    fn a_revocation_ends_cleanly_only_the_partitions_with_nothing_pending() {
+        let running = (Log::Source, 0);
+        let settled = (Log::Source, 1);
+        let retry_running = (Log::Retry, 0);
+        let mut state = BookState::default();
+        for partition in [running, settled, retry_running] {
+            state.watermarks.track(partition, 7).unwrap();
+            state.generations.insert(partition, 1);
+        }
+        state.watermarks.track(running, 8).unwrap();
+        state.watermarks.finish(&running, 7).unwrap(); // 8 still runs
+        state.watermarks.finish(&settled, 7).unwrap();
+        state.alone.insert(retry_running, 7); // handed out alone after a crash, still running
+
+        let revoked = state.revoke([running, settled, retry_running]);
+
+        assert_eq!(
+            revoked.clean,
+            [settled],
+            "only the partition with nothing pending ends cleanly"
+        );
+        assert_eq!(revoked.owed, [(running, 8), (settled, 8)]);
+        assert!(state.generations.is_empty() && state.alone.is_empty());
+        assert!(state.watermarks.get(&running).is_none());
     }
 }

@@ -42,10 +42,14 @@ use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 ///   brokers' offsets cannot tell which records were removed (and tansu 0.6 under-reports a
 ///   partition's end in them). A dead letter is meant to stay small; where one is large,
 ///   [`watch_depth`](Self::watch_depth) at a longer interval.
-/// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit to its source topic —
-///   key, payload and its own headers, with its id as `message-id` and no delivery count, so the
-///   consumer counts its deliveries afresh — acknowledged by the broker (`acks=all`), and only
-///   then records it removed. If that record fails, the unit is in both; a second redrive sends it
+/// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit to the group's own
+///   [retry topic](KafkaTopology::retry_topic_name), due at once — key, payload and its own
+///   headers, with its id as `message-id`, its stamp, where it was first read and no delivery
+///   count, so the consumer counts its deliveries afresh — acknowledged by the broker
+///   (`acks=all`), and only then records it removed. Only the group that dead-lettered the unit
+///   reads it again: other groups of the source topic, which applied it already, never see the
+///   redrive (the source topic, which every group reads, is not written). If that record fails,
+///   the unit is in both; a second redrive sends it
 ///   again, which the handler's idempotence makes harmless. An edited redrive publishes the
 ///   operator's payload with the edit's headers.
 /// - **[`purge`](DeadLetters::purge)** records the units removed: they are listed, counted and
@@ -68,6 +72,8 @@ use crate::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 #[derive(Clone, Debug)]
 pub struct KafkaDeadLetters {
     topic: String,
+    /// Where a redrive sends a unit: the group's own retry topic, so no other group sees it.
+    retry_topic: String,
     reader: Reader,
 }
 
@@ -76,6 +82,7 @@ impl KafkaDeadLetters {
     pub fn new(brokers: &str, topology: &KafkaTopology) -> Self {
         KafkaDeadLetters {
             topic: topology.topic.clone(),
+            retry_topic: topology.retry_topic_name(),
             reader: Reader {
                 config: topology.client_config(brokers),
                 dead_letter_topic: topology.dead_letter_topic_name(),
@@ -223,10 +230,10 @@ impl KafkaDeadLetters {
             .map_err(|(e, _)| TransportError::new("recording a dead letter removed", e))
     }
 
-    /// Publishes the unit of `stored` (`record`) back to its source topic — key, payload, every
-    /// value of its own headers in order, its id as `message-id`, its stamp — acknowledged by the
-    /// broker; edited to `edit`, if given: that payload, and the edit's headers in place of any
-    /// earlier edit's.
+    /// Publishes the unit of `stored` (`record`) to the group's retry topic, due now — key,
+    /// payload, every value of its own headers in order, its id as `message-id`, its stamp, where
+    /// it was first read — acknowledged by the broker; edited to `edit`, if given: that payload,
+    /// and the edit's headers in place of any earlier edit's.
     async fn publish_back(
         &self,
         producer: &FutureProducer,
@@ -234,7 +241,7 @@ impl KafkaDeadLetters {
         record: &DeadLetter,
         edit: Option<&Bytes>,
     ) -> Result<(), TransportError> {
-        let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 3);
+        let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 7);
         let kept = |name: &str| is_own(name) && !(edit.is_some() && crate::headers::is_edit(name));
         for (name, value) in stored.headers.iter().filter(|(name, _)| kept(name)) {
             out = out.insert(Header {
@@ -261,7 +268,44 @@ impl KafkaDeadLetters {
                 value: Some(stamp.as_str()),
             });
         }
-        let mut message = FutureRecord::<[u8], [u8]>::to(&record.source)
+        // Where it was first read, so a dead letter again records the same source.
+        let origin = [
+            (
+                crate::headers::DEAD_LETTER_SOURCE_TOPIC,
+                crate::headers::ORIGIN_TOPIC,
+            ),
+            (
+                crate::headers::DEAD_LETTER_SOURCE_PARTITION,
+                crate::headers::ORIGIN_PARTITION,
+            ),
+            (
+                crate::headers::DEAD_LETTER_SOURCE_OFFSET,
+                crate::headers::ORIGIN_OFFSET,
+            ),
+        ];
+        for (recorded, carried) in origin {
+            let value = stored
+                .headers
+                .iter()
+                .rev()
+                .find(|(name, _)| name == recorded);
+            if let Some((_, value)) = value {
+                out = out.insert(Header {
+                    key: carried,
+                    value: Some(value.as_ref()),
+                });
+            }
+        }
+        // Due now: the source hands it out as soon as it reads it.
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+            .to_string();
+        out = out.insert(Header {
+            key: crate::headers::DUE_MS,
+            value: Some(now_ms.as_str()),
+        });
+        let mut message = FutureRecord::<[u8], [u8]>::to(&self.retry_topic)
             .payload(edit.unwrap_or(record.unit.payload()).as_ref())
             .headers(out);
         if let Some(key) = &stored.key {
@@ -368,7 +412,7 @@ impl DeadLetters for KafkaDeadLetters {
 }
 
 impl KafkaDeadLetters {
-    /// Publishes each selected unit back to its source topic — edited to `edit`, if given — and
+    /// Publishes each selected unit to the group's retry topic — edited to `edit`, if given — and
     /// only then records it removed.
     async fn redrive_selected(
         &self,
@@ -391,7 +435,7 @@ impl KafkaDeadLetters {
                         format!(
                             "{} is back in `{}` but was not recorded removed ({e}); it is in both",
                             record.id(),
-                            record.source
+                            self.retry_topic
                         ),
                     )
                 })?;

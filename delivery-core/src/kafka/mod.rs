@@ -51,8 +51,9 @@
 //!   through the retry topic) and [`crate::headers::DEAD_LETTER_DELIVERY_COUNT`]; only once the broker
 //!   acknowledged it is its offset final.
 //! - **Operator side**: [`KafkaDeadLetters`] is the dead-letter topic's
-//!   [`DeadLetters`](crate::DeadLetters): count, list, peek, redrive to the source topic under the
-//!   same id, purge. Kafka removes no single record, so the records an operator redrove or purged
+//!   [`DeadLetters`](crate::DeadLetters): count, list, peek, redrive under the same id, purge. A
+//!   redrive goes to the group's own retry topic, due at once, so only the group that
+//!   dead-lettered the unit handles it again (per group, as above). Kafka removes no single record, so the records an operator redrove or purged
 //!   are recorded in a compacted topic of their own
 //!   ([`KafkaTopology::removed_topic_name`]) and no longer listed or counted.
 //! - **Busy handlers keep the group**: librdkafka leaves the group when the consumer is not polled
@@ -84,7 +85,10 @@
 //! - **A run** is a partition's units from its assignment to this source until it is revoked or
 //!   the source stops. Its first unit (the committed position) reads the partition's last record
 //!   and, before anything of the partition is handed out, records its own delivery (attempt 1),
-//!   confirmed by the broker. A revocation and a clean stop record a clean end.
+//!   confirmed by the broker. A clean stop records a clean end, and so does a revocation, for
+//!   each partition with no unit still running: a partition revoked while a unit of it runs keeps
+//!   its last record (that unit may yet kill its consumer), so its next owner reads it as after a
+//!   run that died, and a slow unit that kills its consumer under rebalances is still counted.
 //! - **After a run that died**: if the last record is not a clean end, the earlier run died with
 //!   some unit unfinished — maybe the first, maybe one after it that ran concurrently. The
 //!   partition is then read **one unit at a time** for 100 units: before each is handed out, the

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 use serde::{Deserialize, Serialize};
@@ -26,6 +26,19 @@ use crate::transport::{TransportError, TransportErrorKind};
 /// The retry, dead-letter and attempts topics are the group's own by default (their names hold
 /// the group), so two groups reading one topic never handle each other's failures.
 ///
+/// **Retention**: [`declare`](Self::declare) creates the dead-letter topic with
+/// `retention.ms=-1` and `retention.bytes=-1` — a dead letter stays until an operator redrives or
+/// purges it, never deleted unread by the broker's default retention (seven days on a stock
+/// cluster) — and the retry topic with `retention.ms` of 30 days and `retention.bytes=-1`:
+/// returned units of a group stopped for less than that are still there when it starts again.
+/// Both are settable ([`dead_letter_retention`](Self::dead_letter_retention),
+/// [`retry_retention`](Self::retry_retention)). A topic that already exists with a shorter
+/// retention (one created by hand, or by an earlier version of `declare`, with the broker's
+/// default) makes `declare` fail, naming the topic, the setting and both values, as a RabbitMQ
+/// queue declared with other arguments does; raise its retention
+/// (`kafka-configs.sh --alter --entity-type topics --entity-name <topic> --add-config
+/// retention.ms=-1,retention.bytes=-1`) or declare the shorter value.
+///
 /// [`client`](Self::client) holds the librdkafka properties every client of this transport
 /// shares — security, SASL, TLS, timeouts: the consumer, the producer of returns and dead letters,
 /// the admin client of [`declare`](Self::declare), [`KafkaDeadLetters`](super::KafkaDeadLetters),
@@ -44,6 +57,8 @@ use crate::transport::{TransportError, TransportErrorKind};
 /// assert_eq!(topology.attempts_topic_name(), "orders.billing.attempts");
 /// assert_eq!(topology.delivery_bound().get(), 4);
 /// assert_eq!(topology.partitions, 3);
+/// assert_eq!(topology.dead_letter_retention_ms, -1); // kept until an operator removes it
+/// assert_eq!(topology.retry_retention_ms, 30 * 24 * 60 * 60 * 1000); // 30 days
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +118,47 @@ pub struct KafkaTopology {
     /// failures, a smaller one less memory. Default 10 000.
     #[serde(default = "default_max_waiting")]
     pub max_waiting: usize,
+    /// The dead-letter topic's `retention.ms`, set by [`declare`](Self::declare): how long the
+    /// broker keeps a dead letter, in milliseconds; `-1` keeps it until an operator redrives or
+    /// purges it. Default `-1`.
+    #[serde(default = "forever")]
+    pub dead_letter_retention_ms: i64,
+    /// The dead-letter topic's `retention.bytes` (per partition; `-1`: no limit). Default `-1`.
+    #[serde(default = "forever")]
+    pub dead_letter_retention_bytes: i64,
+    /// The retry topic's `retention.ms`, set by [`declare`](Self::declare): how long a returned
+    /// unit waits there for its group, in milliseconds (`-1`: forever). A group stopped longer
+    /// than this loses the units it had returned. Default 30 days (2 592 000 000).
+    #[serde(default = "default_retry_retention_ms")]
+    pub retry_retention_ms: i64,
+    /// The retry topic's `retention.bytes` (per partition; `-1`: no limit). Default `-1`.
+    #[serde(default = "forever")]
+    pub retry_retention_bytes: i64,
+}
+
+/// `-1`: a retention without limit.
+fn forever() -> i64 {
+    -1
+}
+
+/// 30 days, in milliseconds.
+fn default_retry_retention_ms() -> i64 {
+    30 * 24 * 60 * 60 * 1000
+}
+
+/// A retention (`retention.ms` in ms or `retention.bytes`) from an optional limit: `-1` for none.
+fn retention(limit: Option<u128>) -> i64 {
+    limit.map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX))
+}
+
+/// Whether a topic's `existing` retention (as described; `None` when the broker reports none)
+/// keeps records for less than `wanted` (negative: without limit).
+fn shorter(existing: Option<i64>, wanted: i64) -> bool {
+    match existing {
+        None => true,
+        Some(existing) if existing < 0 => false,
+        Some(existing) => wanted < 0 || existing < wanted,
+    }
 }
 
 fn default_partitions() -> i32 {
@@ -148,7 +204,25 @@ impl KafkaTopology {
             session_timeout_ms: default_session_timeout_ms(),
             commit_interval_ms: default_commit_interval_ms(),
             max_waiting: default_max_waiting(),
+            dead_letter_retention_ms: forever(),
+            dead_letter_retention_bytes: forever(),
+            retry_retention_ms: default_retry_retention_ms(),
+            retry_retention_bytes: forever(),
         }
+    }
+
+    /// Sets how long the dead-letter topic keeps a dead letter (`retention.ms`); `None` (the
+    /// default) keeps it until an operator redrives or purges it.
+    pub fn dead_letter_retention(mut self, retention: Option<Duration>) -> Self {
+        self.dead_letter_retention_ms = self::retention(retention.map(|d| d.as_millis()));
+        self
+    }
+
+    /// Sets how long the retry topic keeps a returned unit (`retention.ms`); `None` keeps it
+    /// forever. Default 30 days.
+    pub fn retry_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retry_retention_ms = self::retention(retention.map(|d| d.as_millis()));
+        self
     }
 
     /// Sets the retry topic's name.
@@ -315,8 +389,13 @@ impl KafkaTopology {
     /// `127.0.0.1:9092`), each with [`partitions`](Self::partitions) partitions, and the
     /// [removed topic](Self::removed_topic_name) with one partition, compacted, and the
     /// [attempts topic](Self::attempts_topic_name) with twice as many partitions (one for each
-    /// partition of the topic and of the retry topic), compacted. Topics that
-    /// already exist are left as they are. Brokers that do not create topics on first use (tansu,
+    /// partition of the topic and of the retry topic), compacted. The dead-letter and retry
+    /// topics get their retention ([`dead_letter_retention_ms`](Self::dead_letter_retention_ms),
+    /// [`retry_retention_ms`](Self::retry_retention_ms) and their `_bytes`). Topics that
+    /// already exist are left as they are, but a dead-letter or retry topic that exists with a
+    /// shorter retention than declared fails the declaration
+    /// ([`Misconfigured`](TransportErrorKind::Misconfigured), naming the topic, the setting and
+    /// both values). Brokers that do not create topics on first use (tansu,
     /// most managed Kafka) need this before anything is published.
     ///
     /// ```no_run
@@ -331,17 +410,27 @@ impl KafkaTopology {
             .client_config(brokers)
             .create()
             .map_err(|e| TransportError::new("connecting the Kafka admin client", e))?;
-        let names = [
-            self.topic.clone(),
-            self.retry_topic_name(),
-            self.dead_letter_topic_name(),
-        ];
         let replication = || TopicReplication::Fixed(self.replication.max(1));
         let removed = self.removed_topic_name();
         let attempts = self.attempts_topic_name();
-        let topics: Vec<NewTopic<'_>> = names
+        let retained = self.retained();
+        let retained_values: Vec<[String; 2]> = retained
             .iter()
-            .map(|name| NewTopic::new(name, self.partitions.max(1), replication()))
+            .map(|(_, ms, bytes)| [ms.to_string(), bytes.to_string()])
+            .collect();
+        let partitions = self.partitions.max(1);
+        let topics: Vec<NewTopic<'_>> = [NewTopic::new(&self.topic, partitions, replication())]
+            .into_iter()
+            .chain(
+                retained
+                    .iter()
+                    .zip(&retained_values)
+                    .map(|((name, _, _), [ms, bytes])| {
+                        NewTopic::new(name, partitions, replication())
+                            .set("retention.ms", ms)
+                            .set("retention.bytes", bytes)
+                    }),
+            )
             .chain([
                 // One small record per removal, keyed by position: compacted, never trimmed.
                 NewTopic::new(&removed, 1, replication()).set("cleanup.policy", "compact"),
@@ -356,9 +445,11 @@ impl KafkaTopology {
             .create_topics(&topics, &options)
             .await
             .map_err(|e| TransportError::new("creating the Kafka topics", e))?;
+        let mut existing = Vec::new();
         for result in results {
             match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Ok(_) => {}
+                Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => existing.push(topic),
                 Err((topic, code)) => {
                     return Err(TransportError::msg(
                         "creating the Kafka topics",
@@ -368,6 +459,110 @@ impl KafkaTopology {
                 }
             }
         }
-        Ok(())
+        let kept: Vec<&(String, i64, i64)> = retained
+            .iter()
+            .filter(|(name, _, _)| existing.contains(name))
+            .collect();
+        self.check_retention(&admin, &options, &kept).await
+    }
+
+    /// The topics whose records must outlive the broker's default retention, each with the
+    /// `retention.ms` and `retention.bytes` declared: the retry and dead-letter topics.
+    fn retained(&self) -> [(String, i64, i64); 2] {
+        [
+            (
+                self.retry_topic_name(),
+                self.retry_retention_ms,
+                self.retry_retention_bytes,
+            ),
+            (
+                self.dead_letter_topic_name(),
+                self.dead_letter_retention_ms,
+                self.dead_letter_retention_bytes,
+            ),
+        ]
+    }
+
+    /// Fails, naming each, if any of the `topics` that already existed keeps its records for
+    /// less than declared: their units would be deleted unread.
+    async fn check_retention(
+        &self,
+        admin: &AdminClient<DefaultClientContext>,
+        options: &AdminOptions,
+        topics: &[&(String, i64, i64)],
+    ) -> Result<(), TransportError> {
+        if topics.is_empty() {
+            return Ok(());
+        }
+        const DOING: &str = "checking the retention of the existing Kafka topics";
+        let specifiers: Vec<ResourceSpecifier<'_>> = topics
+            .iter()
+            .map(|(name, _, _)| ResourceSpecifier::Topic(name))
+            .collect();
+        let described = admin
+            .describe_configs(&specifiers, options)
+            .await
+            .map_err(|e| TransportError::new(DOING, e))?;
+        let mut shorts = Vec::new();
+        for ((name, ms, bytes), result) in topics.iter().zip(described) {
+            let config = result.map_err(|code| {
+                TransportError::msg(DOING, format!("describing topic `{name}`: {code}"))
+            })?;
+            for (key, wanted) in [("retention.ms", *ms), ("retention.bytes", *bytes)] {
+                let value = config.get(key).and_then(|entry| entry.value.clone());
+                let existing = value.as_deref().and_then(|v| v.trim().parse::<i64>().ok());
+                if shorter(existing, wanted) {
+                    let default = match key {
+                        "retention.ms" => {
+                            "not set (the broker's default applies: 7 days on a stock Kafka)"
+                        }
+                        _ => "not set (the broker's default applies)",
+                    };
+                    let has = value.map_or_else(|| default.to_owned(), |v| format!("`{v}`"));
+                    shorts.push(format!(
+                        "topic `{name}` has `{key}` {has}, shorter than the `{wanted}` declared"
+                    ));
+                }
+            }
+        }
+        if shorts.is_empty() {
+            return Ok(());
+        }
+        Err(TransportError::msg(
+            DOING,
+            format!(
+                "{}: its records would be deleted unread. Raise it (kafka-configs.sh --alter \
+                 --entity-type topics --entity-name <topic> --add-config \
+                 retention.ms=<declared>,retention.bytes=<declared>), or declare the shorter \
+                 value on the topology (`dead_letter_retention`, `retry_retention`)",
+                shorts.join("; ")
+            ),
+        )
+        .with_kind(TransportErrorKind::Misconfigured))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retention_is_shorter_unless_it_keeps_at_least_as_long() {
+        assert!(shorter(None, -1), "the broker's default is no promise");
+        assert!(shorter(Some(604_800_000), -1));
+        assert!(!shorter(Some(-1), -1));
+        assert!(!shorter(Some(-1), 1000));
+        assert!(shorter(Some(999), 1000));
+        assert!(!shorter(Some(1000), 1000));
+        assert_eq!(
+            KafkaTopology::new("t", "g")
+                .dead_letter_retention(Some(Duration::from_secs(2)))
+                .retry_retention(None)
+                .retained(),
+            [
+                ("t.g.retry".to_owned(), -1, -1),
+                ("t.g.dlq".to_owned(), 2000, -1)
+            ]
+        );
     }
 }

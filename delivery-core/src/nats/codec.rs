@@ -103,6 +103,8 @@ pub(crate) struct DeadLetterOrigin<'a> {
     pub(crate) subject: &'a str,
     pub(crate) sequence: u64,
     pub(crate) delivery_count: u64,
+    /// The durable consumer that dead-letters it: a redrive is for it alone.
+    pub(crate) group: &'a str,
 }
 
 /// The unit's own headers, every value kept, with the dead letter's added (replacing any earlier
@@ -128,6 +130,7 @@ pub(crate) fn dead_letter_headers(
         crate::headers::DEAD_LETTER_DELIVERY_COUNT,
         origin.delivery_count.to_string(),
     );
+    headers.insert(crate::headers::DEAD_LETTER_GROUP, text(origin.group));
     headers
 }
 

@@ -67,7 +67,13 @@ struct MaxDeliveriesAdvisory {
 /// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit back to the subject it had
 ///   been published to (`x-dead-letter-subject`; else the stream's first literal subject), payload
 ///   and every header value as stored, the dead letter's own removed, `Nats-Msg-Id` set to the
-///   unit's id (so the consumer sees the same id, and counts its deliveries afresh), and deletes
+///   unit's id (so the consumer sees the same id, and counts its deliveries afresh), and
+///   [`crate::headers::REDRIVE_GROUP`] naming the durable consumer that dead-lettered it
+///   ([`crate::headers::DEAD_LETTER_GROUP`]): every durable consumer of the stream receives the
+///   redrive, and a [`NatsSource`](super::NatsSource) of another durable acknowledges it without
+///   handling it, so only the one that dead-lettered the unit runs it again. (A reader of the
+///   stream that is not a `NatsSource`, or a copy dead-lettered before the durable was recorded,
+///   sees it as a new message.) It deletes
 ///   the dead-letter copy only once JetStream confirmed the publish. JetStream refuses a publish
 ///   as a duplicate while the id is inside the source stream's `duplicate_window` (default two
 ///   minutes) since it was last stored: where that window is at most two seconds the redrive
@@ -231,6 +237,10 @@ impl NatsDeadLetters {
         };
         let mut headers = codec::without_dead_letter_headers(Some(&stored.headers));
         headers.insert(NATS_MESSAGE_ID, id.as_str());
+        // For the durable consumer that dead-lettered it alone: the others skip it.
+        if let Some(group) = last(Some(&stored.headers), crate::headers::DEAD_LETTER_GROUP) {
+            headers.insert(crate::headers::REDRIVE_GROUP, group);
+        }
         let payload = match edit {
             None => stored.payload.clone(),
             Some(payload) => {
@@ -404,6 +414,7 @@ impl NatsDeadLetters {
                 subject: &unit.subject,
                 sequence: advisory.stream_seq,
                 delivery_count: advisory.deliveries,
+                group: &self.durable,
             },
         );
         let ack = self

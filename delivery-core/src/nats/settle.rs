@@ -56,6 +56,7 @@ impl NatsHandle {
                 subject: &self.subject,
                 sequence: self.sequence,
                 delivery_count: u64::from(unit.delivery_count().get()),
+                group: &shared.durable,
             },
         );
         let ack = shared

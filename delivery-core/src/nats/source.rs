@@ -42,6 +42,8 @@ pub(super) struct Shared {
     pub(super) client: Client,
     pub(super) context: jetstream::Context,
     pub(super) stream: String,
+    /// The durable consumer's name: recorded on its dead letters, so a redrive is for it alone.
+    pub(super) durable: String,
     pub(super) dead_letter_stream: String,
     pub(super) dead_letter_subject: Subject,
     /// [`NatsTopology::confirm_acks`].
@@ -49,6 +51,35 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// Whether `message` is a unit redriven from the dead letter of another durable consumer
+    /// ([`crate::headers::REDRIVE_GROUP`]): this one applied it when it was first delivered, so
+    /// it is acknowledged, not handled.
+    pub(super) async fn redriven_for_another(&self, message: &jetstream::Message) -> bool {
+        let Some(group) = codec::last(message.headers.as_ref(), crate::headers::REDRIVE_GROUP)
+        else {
+            return false;
+        };
+        if group == self.durable {
+            return false;
+        }
+        if let Some(reply) = message.reply.clone()
+            && let Err(error) = self
+                .send(
+                    reply,
+                    AckKind::Ack,
+                    "acknowledging a redrive for another durable",
+                )
+                .await
+        {
+            // Delivered again after `ack_wait`, and skipped again.
+            tracing::warn!(stream = %self.stream, %error,
+                "acknowledging a unit redriven for another durable consumer failed");
+        }
+        tracing::debug!(stream = %self.stream, durable = %self.durable, redriven_for = group,
+            "a unit redriven for another durable consumer; acknowledged, not handled");
+        true
+    }
+
     /// Sends `kind` on a delivery's reply subject without waiting for JetStream's reply (as
     /// async-nats `Message::ack` does): queued on the connection, flushed with its neighbours.
     pub(super) async fn send(
@@ -165,6 +196,7 @@ impl NatsSource {
             client,
             context,
             stream: topology.stream.clone(),
+            durable: topology.durable.clone(),
             dead_letter_stream: topology.dead_letter_stream_name(),
             dead_letter_subject: Subject::from(topology.dead_letter_subject_name()),
             confirm_acks: topology.confirm_acks,
@@ -243,6 +275,10 @@ impl Source for NatsSource {
         let pull = self.pull.as_ref().expect("started above");
         loop {
             let message = pull.next().await?;
+            let shared = self.shared.clone();
+            if shared.redriven_for_another(&message).await {
+                continue;
+            }
             if let Some(received) = self.unit_of(message) {
                 return Ok(Some(received));
             }

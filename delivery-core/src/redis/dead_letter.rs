@@ -30,7 +30,13 @@ use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 ///   [`crate::headers::DEAD_LETTER_SOURCE`], else the topology's stream) with its fields as they
 ///   were, without the `x-dead-letter-*` ones (so Redis counts its deliveries afresh), and with an
 ///   `id` field holding its unit id if it had none (so it keeps the id it was dead-lettered
-///   under). An edited redrive adds it with the operator's `payload` and the edit's fields.
+///   under). Every group of the stream receives the new entry, so it carries
+///   [`crate::headers::REDRIVE_GROUP`], the group that dead-lettered it
+///   ([`crate::headers::DEAD_LETTER_GROUP`]): a [`RedisSource`](super::RedisSource) of another
+///   group acknowledges it without handling it, and only that group runs it again. (A reader of
+///   the stream that is not a `RedisSource`, or a copy dead-lettered before the group was
+///   recorded, sees it as a new entry.) An edited redrive adds it with the operator's `payload`
+///   and the edit's fields.
 ///   Only once Redis answered the `XADD` is the dead-letter entry deleted (`XDEL`); a crash
 ///   between the two leaves the unit in both, never in neither. A redrive or purge looks at the
 ///   entries present when it starts, not at those added while it runs (a redriven unit that fails
@@ -232,10 +238,16 @@ impl RedisDeadLetters {
         if codec::field(&entry.fields, FIELD_ID).is_none() {
             add.arg(FIELD_ID).arg(id.as_str());
         }
+        // For the group that dead-lettered it alone: the other groups' sources skip it.
+        let group = codec::field(&entry.fields, headers::DEAD_LETTER_GROUP);
+        if let Some(group) = group {
+            add.arg(headers::REDRIVE_GROUP).arg(group.as_ref());
+        }
         let replaced = |name: &[u8]| {
-            edit.is_some()
-                && (name == FIELD_PAYLOAD.as_bytes()
-                    || std::str::from_utf8(name).is_ok_and(headers::is_edit))
+            name == headers::REDRIVE_GROUP.as_bytes()
+                || (edit.is_some()
+                    && (name == FIELD_PAYLOAD.as_bytes()
+                        || std::str::from_utf8(name).is_ok_and(headers::is_edit)))
         };
         for (name, value) in &entry.fields {
             if !codec::is_transport_field(name) && !replaced(name.as_ref()) {

@@ -190,6 +190,10 @@ impl Source for RedisSource {
     async fn receive(&mut self) -> Result<Option<(Unit, RedisHandle)>, TransportError> {
         loop {
             if let Some((entry, count)) = self.ready.pop_front() {
+                let shared = self.shared.clone();
+                if shared.redriven_for_another(&entry).await {
+                    continue;
+                }
                 let unit = codec::unit(&entry, count);
                 let handle = RedisHandle {
                     entry,
@@ -411,6 +415,27 @@ async fn claim_pending(
 }
 
 impl Shared {
+    /// Whether `entry` is a unit redriven from the dead letter of another group
+    /// ([`crate::headers::REDRIVE_GROUP`]): this group applied it when it was first delivered,
+    /// so it is acknowledged, not handled.
+    pub(super) async fn redriven_for_another(&self, entry: &Entry) -> bool {
+        let Some(group) = codec::field(&entry.fields, crate::headers::REDRIVE_GROUP) else {
+            return false;
+        };
+        if group.as_ref() == self.group.as_bytes() {
+            return false;
+        }
+        if let Err(error) = self.ack(entry.id.clone()).await {
+            // Pending still: claimed back after the claim idle time, and skipped again.
+            tracing::warn!(stream = %self.stream, entry.id = %entry.id, %error,
+                "acknowledging an entry redriven for another group failed");
+        }
+        tracing::debug!(stream = %self.stream, group = %self.group, entry.id = %entry.id,
+            redriven_for = %String::from_utf8_lossy(group),
+            "an entry redriven for another group; acknowledged, not handled");
+        true
+    }
+
     /// Acknowledges `entry_id`, returning once Redis answered the `XACK` that carried it. With
     /// an `XACK` of this source already in flight, the id waits and goes with the others queued
     /// meanwhile in the next one (see `ack.rs`).
@@ -544,7 +569,9 @@ impl Shared {
             .arg(crate::headers::DEAD_LETTER_ENTRY_ID)
             .arg(&entry.id)
             .arg(crate::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .arg(count);
+            .arg(count)
+            .arg(crate::headers::DEAD_LETTER_GROUP)
+            .arg(&self.group);
         add.query_async::<Value>(&mut connection)
             .await
             .map(drop)
