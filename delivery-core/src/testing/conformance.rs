@@ -107,10 +107,10 @@ pub trait Fixture: Send + Sync + 'static {
     }
 
     /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
-    /// (a quorum queue, a stream's pending entry, a JetStream consumer); `false` where the count
-    /// travels with the unit (a log read by offset), because the count moves only when the unit is
-    /// handed back (rule 2), and a crashed consumer hands nothing back: the unit is read again
-    /// from the committed offset with the count it had.
+    /// (a quorum queue, a stream's pending entry, a JetStream consumer, Kafka's attempts topic,
+    /// where a delivery not ended cleanly is recorded); `false` where the count travels with the
+    /// unit alone, because the count moves only when the unit is handed back (rule 2), and a
+    /// crashed consumer hands nothing back: the unit is read again with the count it had.
     fn counts_crashed_deliveries(&self) -> bool {
         true
     }
