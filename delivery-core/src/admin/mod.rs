@@ -183,7 +183,7 @@ impl Console {
     /// let console = Console::new("csrf-key-of-sixteen-characters-or-more")
     ///     .dead_letters(broker.dead_letters("orders"))
     ///     .auth_layer(middleware::from_fn(operators_only));
-    /// let app = axum::Router::new().nest_service("/admin", console.router());
+    /// let app: axum::Router = axum::Router::new().nest_service("/admin", console.router());
     /// # let _ = app;
     /// ```
     pub fn auth_layer<L>(mut self, layer: L) -> Self

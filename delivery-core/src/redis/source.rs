@@ -474,26 +474,11 @@ impl Shared {
         outcome
     }
 
-    /// `XADD`s the entry, intact, with the reason, to the dead letter, returning once Redis
-    /// answered. The entry stays pending until it is acknowledged.
     /// Claims `entry_id` again for this consumer (`XCLAIM … 0 … JUSTID`): its idle time starts
     /// over, so no consumer claims it back meanwhile, and Redis counts no delivery.
     pub(super) async fn still_handling(&self, entry_id: &str) -> Result<(), TransportError> {
-        let mut connection = self.commands.connection().await?;
-        ::redis::cmd("XCLAIM")
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(&self.consumer)
-            .arg(0)
-            .arg(entry_id)
-            .arg("JUSTID")
-            .query_async::<Value>(&mut connection)
+        self.claim_justid(entry_id, None, "keeping the entry claimed (XCLAIM JUSTID)")
             .await
-            .map(drop)
-            .map_err(|e| {
-                self.commands
-                    .failed("keeping the entry claimed (XCLAIM JUSTID)", e)
-            })
     }
 
     /// Gives `entry_id` back to be claimed once `after` passed (at most the claim idle time):
@@ -507,22 +492,12 @@ impl Shared {
         let claim_idle = Duration::from_millis(self.claim_idle_ms);
         let after = after.min(claim_idle);
         let idle = u64::try_from((claim_idle - after).as_millis()).unwrap_or(u64::MAX);
-        let mut connection = self.commands.connection().await?;
-        ::redis::cmd("XCLAIM")
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(&self.consumer)
-            .arg(0)
-            .arg(entry_id)
-            .arg("IDLE")
-            .arg(idle)
-            .arg("JUSTID")
-            .query_async::<Value>(&mut connection)
-            .await
-            .map_err(|e| {
-                self.commands
-                    .failed("giving the entry back (XCLAIM IDLE JUSTID)", e)
-            })?;
+        self.claim_justid(
+            entry_id,
+            Some(idle),
+            "giving the entry back (XCLAIM IDLE JUSTID)",
+        )
+        .await?;
         let at = Instant::now() + after;
         let mut claim_by = self
             .claim_by
@@ -530,6 +505,33 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *claim_by = Some(claim_by.map_or(at, |by| by.min(at)));
         Ok(())
+    }
+
+    /// `XCLAIM <stream> <group> <consumer> 0 <entry_id> [IDLE <idle_ms>] JUSTID`: the entry stays
+    /// this consumer's, its idle time set (to 0, or to `idle_ms`), and Redis counts no delivery.
+    async fn claim_justid(
+        &self,
+        entry_id: &str,
+        idle_ms: Option<u64>,
+        what: &'static str,
+    ) -> Result<(), TransportError> {
+        let mut connection = self.commands.connection().await?;
+        let mut command = ::redis::cmd("XCLAIM");
+        command
+            .arg(&self.stream)
+            .arg(&self.group)
+            .arg(&self.consumer)
+            .arg(0)
+            .arg(entry_id);
+        if let Some(idle_ms) = idle_ms {
+            command.arg("IDLE").arg(idle_ms);
+        }
+        command
+            .arg("JUSTID")
+            .query_async::<Value>(&mut connection)
+            .await
+            .map(drop)
+            .map_err(|e| self.commands.failed(what, e))
     }
 
     /// When the source must scan for an entry given back, if one was since it last looked.
