@@ -355,13 +355,29 @@ async fn readers_at_the_same_time_each_see_the_whole_dead_letter() {
 /// group purge removes exactly those 100.
 #[cfg(feature = "admin")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_reads_and_purges_a_group_of_a_1000_unit_dead_letter_exactly() {
+async fn the_console_reads_and_purges_a_group_of_a_1000_unit_quorum_dead_letter_exactly() {
+    the_console_reads_and_purges_a_group_exactly(false).await;
+}
+
+#[cfg(feature = "admin")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_reads_and_purges_a_group_of_a_1000_unit_classic_dead_letter_exactly() {
+    the_console_reads_and_purges_a_group_exactly(true).await;
+}
+
+#[cfg(feature = "admin")]
+async fn the_console_reads_and_purges_a_group_exactly(classic: bool) {
     use axum::body::Body;
     use axum::http::{Request, StatusCode, header};
     use tower::ServiceExt as _;
 
     const TOKEN: &str = "test-console-token-0123456789";
-    let topology = RabbitTopology::new(format!("rmq-dlq-console-{}", std::process::id()));
+    let kind = if classic { "classic" } else { "quorum" };
+    let mut topology =
+        RabbitTopology::new(format!("rmq-dlq-console-{kind}-{}", std::process::id()));
+    if classic {
+        topology = topology.classic();
+    }
     let url = amqp_url();
     let connection = rabbitmq::fresh(&url, &topology).await;
     let publisher = ConfirmedPublisher::new(url.as_str());
