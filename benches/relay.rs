@@ -19,7 +19,7 @@ use delivery::lapin::options::{
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
-use delivery::outbox::sink::RabbitSink;
+use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer};
 use delivery::testing::MemorySink;
 use sqlx::postgres::PgPoolOptions;

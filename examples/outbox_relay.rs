@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use delivery::lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Connection, ExchangeKind};
-use delivery::outbox::sink::{DEFAULT_CONFIRM_WINDOW, RabbitSink};
+use delivery::rabbitmq::{DEFAULT_CONFIRM_WINDOW, RabbitSink};
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, RelayReport, Relayer};
 use delivery::{HandlerError, Receipt, State, relay};
 use sqlx::postgres::PgPoolOptions;

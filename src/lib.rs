@@ -105,6 +105,56 @@
 #[doc(inline)]
 pub use delivery_core::*;
 
+/// RabbitMQ (feature `lapin`): the crate [`delivery_rabbitmq`].
+#[cfg(feature = "lapin")]
+pub use delivery_rabbitmq as rabbitmq;
+#[cfg(feature = "lapin")]
+#[doc(no_inline)]
+pub use delivery_rabbitmq::lapin;
+
+/// Redis Streams (feature `redis`): the crate [`delivery_redis`].
+#[cfg(feature = "redis")]
+pub use delivery_redis as redis;
+
+/// NATS JetStream (feature `nats`): the crate [`delivery_nats`].
+#[cfg(feature = "nats")]
+pub use delivery_nats as nats;
+#[cfg(feature = "nats")]
+#[doc(no_inline)]
+pub use delivery_nats::async_nats;
+
+/// Kafka (feature `kafka`): the crate [`delivery_kafka`].
+#[cfg(feature = "kafka")]
+pub use delivery_kafka as kafka;
+
+/// The outbox relay's HTTP sink (feature `http`): the crate [`delivery_http`].
+#[cfg(feature = "http")]
+pub use delivery_http as http;
+
+/// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].
+#[cfg(feature = "admin")]
+pub use delivery_axum::admin;
+
+/// Webhooks in: verification ([`delivery_core::webhook`]) and, with the feature `axum`, the
+/// routes `#[webhook]` builds ([`delivery_axum::webhook`]).
+pub mod webhook {
+    #[doc(inline)]
+    pub use delivery_core::webhook::*;
+    #[cfg(feature = "axum")]
+    #[doc(inline)]
+    pub use delivery_axum::webhook::*;
+}
+
+/// A consumer's or relay's health ([`delivery_core::health`]) and, with the feature `axum`, its
+/// route ([`delivery_axum::health`]).
+pub mod health {
+    #[doc(inline)]
+    pub use delivery_core::health::*;
+    #[cfg(feature = "axum")]
+    #[doc(inline)]
+    pub use delivery_axum::health::*;
+}
+
 /// Turns an `async fn` into a handler the consumer runtime runs.
 ///
 /// The function's parameters are extractors ([`Json<T>`], [`State<S>`], [`UnitId`],

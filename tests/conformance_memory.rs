@@ -35,5 +35,8 @@ impl Fixture for Memory {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_in_memory_broker_passes_the_conformance_suite() {
-    conformance::run_all(&Memory(MemoryBroker::new())).await;
+    let memory = Memory(MemoryBroker::new());
+    conformance::run_all(&memory).await;
+    conformance::operates_the_dead_letter_in_the_console(&memory, delivery::admin::testing::console)
+        .await;
 }

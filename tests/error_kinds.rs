@@ -112,7 +112,7 @@ fn a_client_property_the_producer_cannot_take_is_misconfigured() {
     config
         .set("bootstrap.servers", "127.0.0.1:9092")
         .set("message.timeout.ms", "0");
-    let Err(error) = delivery::outbox::sink::KafkaSink::with_config(config) else {
+    let Err(error) = delivery::kafka::KafkaSink::with_config(config) else {
         panic!("a zero delivery timeout is refused");
     };
     assert_eq!(error.kind(), TransportErrorKind::Misconfigured, "{error}");

@@ -14,7 +14,8 @@ use delivery::lapin::options::{
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Connection, ExchangeKind};
-use delivery::outbox::sink::{HttpSink, RabbitSink};
+use delivery::http::HttpSink;
+use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, Relayer, Status};
 use delivery::{Backoff, HandlerError, Receipt, State, relay};
 use sqlx::{AssertSqlSafe, PgPool};

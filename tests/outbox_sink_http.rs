@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use delivery::outbox::Record;
-use delivery::outbox::sink::HttpSink;
+use delivery::http::HttpSink;
 
 #[derive(Clone, Default)]
 struct Receiver {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use delivery::kafka::client as rdkafka;
-use delivery::outbox::sink::{KafkaSink, MESSAGE_ID};
+use delivery::kafka::{KafkaSink, MESSAGE_ID};
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer, SqliteStore, Status};
 use delivery::{Backoff, HandlerError, Receipt, State, relay};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};

@@ -14,7 +14,7 @@ use delivery::lapin::options::{
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Channel, Connection, ExchangeKind};
 use delivery::outbox::Record;
-use delivery::outbox::sink::RabbitSink;
+use delivery::rabbitmq::RabbitSink;
 use futures_util::future::join_all;
 
 fn amqp_url() -> String {

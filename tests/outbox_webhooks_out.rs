@@ -19,7 +19,7 @@ use axum::extract::State as AxumState;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use delivery::outbox::sink::HttpSink;
+use delivery::http::HttpSink;
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, RecordId, Relayer, Status};
 use delivery::{
     Backoff, DeadLetters, HandlerError, ReasonKind, Receipt, State, Unit, UnitId, relay, webhook,

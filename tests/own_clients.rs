@@ -487,7 +487,7 @@ async fn kafka_with_your_own_client_config() {
     );
     on_it(
         "the relay's sink",
-        delivery::outbox::sink::KafkaSink::from_topology(&brokers(), &bad)
+        delivery::kafka::KafkaSink::from_topology(&brokers(), &bad)
             .unwrap_err()
             .to_string(),
     );

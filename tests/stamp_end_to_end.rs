@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delivery::dead_letter::{DeadLetters, Selection};
-use delivery::outbox::sink::RabbitSink;
+use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer};
 use delivery::rabbitmq::{RabbitDeadLetters, RabbitSource, RabbitTopology};
 use delivery::store::postgres;

@@ -16,7 +16,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delivery::outbox::sink::RabbitSink;
+use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer};
 use delivery::rabbitmq::{RabbitSource, RabbitTopology};
 use delivery::{Consumer, HandlerError, Json, Receipt, State};

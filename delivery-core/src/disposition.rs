@@ -50,7 +50,7 @@ impl Outcome {
 
     /// The outcome of a handler that panicked with `panic` (the payload `catch_unwind` returns).
     #[cold]
-    pub(crate) fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
+    pub fn panicked(panic: &(dyn std::any::Any + Send)) -> Outcome {
         let text = panic
             .downcast_ref::<&str>()
             .copied()

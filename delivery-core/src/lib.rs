@@ -29,7 +29,7 @@
 //! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream); your own `redis::Client` or connection through `redis::RedisConnector`; redis 1.x re-exported as `redis::client` |
 //! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
 //! | `postgres`, `sqlite` | outbox stores (sqlx 0.9, re-exported as `sqlx`; your own pool and transactions): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
-//! | `http` | the relay's HTTP sink `outbox::sink::HttpSink` (`Idempotency-Key` = record id), a Standard Webhooks sender with `HttpSink::standard_webhooks` (signed per attempt, `webhook-id` = record id, one signature per secret while rotating) |
+//! | `http` | the relay's HTTP sink `http::HttpSink` (`Idempotency-Key` = record id), a Standard Webhooks sender with `HttpSink::standard_webhooks` (signed per attempt, `webhook-id` = record id, one signature per secret while rotating) |
 //! | `kafka` | Kafka through rdkafka 0.39 (re-exported as `kafka::client`; your own `ClientConfig` through `kafka::KafkaTopology::with_client_config`): [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
@@ -37,8 +37,6 @@
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "admin")]
-pub mod admin;
 pub mod consumer;
 pub mod dead_letter;
 pub mod disposition;
@@ -49,20 +47,12 @@ pub mod headers;
 pub mod health;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod inbox;
-#[cfg(feature = "kafka")]
-pub mod kafka;
 pub mod marker;
 pub mod memory;
-#[cfg(feature = "nats")]
-pub mod nats;
 pub mod observe;
 pub mod offset;
 pub mod outbox;
 mod pace;
-#[cfg(feature = "lapin")]
-pub mod rabbitmq;
-#[cfg(feature = "redis")]
-pub mod redis;
 mod runtime;
 mod stopwatch;
 pub mod store;
@@ -89,12 +79,8 @@ pub use transport::{Settle, Source, TransportError, TransportErrorKind};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// The RabbitMQ client, re-exported so its version always matches this crate's.
-#[cfg(feature = "lapin")]
-pub use lapin;
 
 /// The NATS client, re-exported so its version always matches this crate's.
-#[cfg(feature = "nats")]
-pub use async_nats;
 
 /// sqlx (0.9), re-exported so its version always matches this crate's: the pools and
 /// transactions you hand the outbox stores ([`outbox::PgStore`], [`outbox::SqliteStore`],

@@ -121,10 +121,6 @@ minters!("fastrand-2": fastrand_2::Rng);
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl Minter for uuid::ContextV7 {}
 
-#[cfg(feature = "lapin")]
-impl AckHandle for lapin::Acker {}
-#[cfg(feature = "lapin")]
-impl AckHandle for lapin::message::Delivery {}
 
 /// Compile-time probes used by `#[consumer]`'s expansion. Not public API.
 ///

@@ -341,8 +341,7 @@ impl Drop for Flight<'_> {
 }
 
 /// Counts one webhook delivery answered with `status`.
-#[cfg(feature = "axum")]
-pub(crate) fn webhook_answered(
+pub fn webhook_answered(
     webhook: &'static str,
     scheme: &crate::webhook::Scheme,
     status: http::StatusCode,
@@ -359,8 +358,8 @@ pub(crate) fn webhook_answered(
     webhook_counter(webhook, scheme, status).increment(1);
 }
 
-#[cfg(feature = "axum")]
-pub(crate) fn webhook_counter(
+/// The counter of webhook deliveries to `webhook` under `scheme` answered with `status`.
+pub fn webhook_counter(
     webhook: &'static str,
     scheme: &'static str,
     status: http::StatusCode,

@@ -15,7 +15,7 @@ use crate::disposition::Backoff;
 /// The waits between attempts of one repeated operation: growing with the failures in a row,
 /// jittered, reset by a success.
 #[derive(Clone, Debug)]
-pub(crate) struct Retry {
+pub struct Retry {
     backoff: Backoff,
     failures: u32,
     seed: u64,
@@ -23,7 +23,7 @@ pub(crate) struct Retry {
 
 impl Retry {
     /// Waits from `backoff`, jittered by a seed of this process's own.
-    pub(crate) fn new(backoff: Backoff) -> Self {
+    pub fn new(backoff: Backoff) -> Self {
         Retry {
             backoff,
             failures: 0,
@@ -32,7 +32,7 @@ impl Retry {
     }
 
     /// Reconnecting to a broker, receiving, claiming: from 100 ms, doubling, to 6.4 s.
-    pub(crate) fn reconnect() -> Self {
+    pub fn reconnect() -> Self {
         Retry::new(Backoff::exponential(
             Duration::from_millis(100),
             Duration::from_millis(6400),
@@ -40,7 +40,7 @@ impl Retry {
     }
 
     /// Records a failure and returns the wait before the next attempt.
-    pub(crate) fn failed(&mut self) -> Duration {
+    pub fn failed(&mut self) -> Duration {
         self.failures = self.failures.saturating_add(1);
         self.backoff
             .wait(self.failures, self.seed.rotate_left(self.failures % 64))
@@ -48,13 +48,13 @@ impl Retry {
 
     /// Records a success: the next failure waits the shortest again.
     #[inline]
-    pub(crate) fn succeeded(&mut self) {
+    pub fn succeeded(&mut self) {
         self.failures = 0;
     }
 
     /// Failures in a row so far.
     #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-    pub(crate) fn failures(&self) -> u32 {
+    pub fn failures(&self) -> u32 {
         self.failures
     }
 }

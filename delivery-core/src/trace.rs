@@ -148,8 +148,7 @@ pub(crate) fn unit_span(messaging: &Messaging, unit: &Unit) -> Option<Span> {
 
 /// The `delivery.unit` span of a verified request to the `#[webhook]` route `webhook`, its parent
 /// the sender's `traceparent` (feature `opentelemetry`).
-#[cfg(feature = "axum")]
-pub(crate) fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
+pub fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
     unit_span(&Messaging::new("webhook", webhook), unit).unwrap_or_else(Span::none)
 }
 
@@ -205,8 +204,7 @@ pub(crate) fn within<F: std::future::Future>(
 /// What a sink of `system` sends with `record`: the record's headers, with the trace context
 /// replaced by the current span's (the relay attempt's) where there is one (feature
 /// `opentelemetry`). Records `system` as the current span's `messaging.system`.
-#[cfg(any(feature = "lapin", feature = "kafka", feature = "http"))]
-pub(crate) fn outgoing(system: &'static str, record: &crate::outbox::Record) -> crate::Headers {
+pub fn outgoing(system: &'static str, record: &crate::outbox::Record) -> crate::Headers {
     Span::current().record("messaging.system", system);
     otel::current_into(record.headers())
 }

@@ -163,6 +163,14 @@ impl KeepAlive {
     }
 }
 
+// What a transport is written with, beside `Source` and `Settle`: the dead letter's stamp
+// (`edit_headers` for an edited redrive), its depth gauge and its list cursors, and the pacing of
+// reconnects.
+pub use crate::dead_letter::cursor::parse as parse_cursor;
+pub use crate::dead_letter::depth::{record as record_depth, watch as watch_depth};
+pub use crate::dead_letter::edit_headers;
+pub use crate::pace::Retry;
+
 /// A failure of the transport itself (a lost connection, an unconfirmed publish), with what was
 /// being done and a [`kind`](TransportError::kind) to match on.
 ///
@@ -218,13 +226,14 @@ pub enum TransportErrorKind {
 
 impl TransportError {
     /// A failure while doing `context`, caused by `source`. The kind is read off the source's
-    /// type where it is a client's error the crate knows (`std::io::Error`, and under their
-    /// features lapin's, redis's and rdkafka's errors), anywhere in its chain of causes;
-    /// [`Other`](TransportErrorKind::Other) otherwise.
+    /// type where it is an error this crate knows (`std::io::Error`, a [`TransportError`]),
+    /// anywhere in its chain of causes; [`Other`](TransportErrorKind::Other) otherwise. A transport
+    /// reads its client's errors with [`kind_of`] and sets the kind with
+    /// [`with_kind`](Self::with_kind).
     pub fn new(context: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
         TransportError {
             context,
-            kind: classify::chain(&source),
+            kind: kind_of(&source, |_| None),
             message: source.to_string(),
             source: Some(Box::new(source)),
         }
@@ -266,167 +275,46 @@ impl TransportError {
     }
 }
 
-/// The kind of `error` as [`TransportError::new`] reads it, for a failure described otherwise.
-#[cfg(any(feature = "lapin", feature = "redis"))]
-pub(crate) fn kind_of(error: &(dyn StdError + 'static)) -> TransportErrorKind {
-    classify::chain(error)
+/// The kind of `error` as [`TransportError::new`] reads it (a [`TransportError`] or a
+/// `std::io::Error` anywhere in its chain of causes), asking `client` first at each cause: a
+/// transport passes the reading of its own client's errors, so each client's errors are known
+/// beside that client.
+///
+/// ```
+/// use delivery_core::transport::{TransportErrorKind, kind_of};
+///
+/// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+/// assert_eq!(kind_of(&reset, |_| None), TransportErrorKind::ConnectionLost);
+/// ```
+pub fn kind_of(
+    error: &(dyn StdError + 'static),
+    client: impl Fn(&(dyn StdError + 'static)) -> Option<TransportErrorKind>,
+) -> TransportErrorKind {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(kind) = client(error).or_else(|| known(error)) {
+            return kind;
+        }
+        next = error.source();
+    }
+    TransportErrorKind::Other
 }
 
-/// The kind of a client's error, read off its type: the one place that knows each client's errors.
-mod classify {
-    use std::error::Error as StdError;
-    use std::io;
-
-    use super::TransportErrorKind as Kind;
-
-    /// The first cause in `error`'s chain whose kind is known, or `Other`.
-    pub(super) fn chain(error: &(dyn StdError + 'static)) -> Kind {
-        let mut next = Some(error);
-        while let Some(error) = next {
-            if let Some(kind) = one(error) {
-                return kind;
-            }
-            next = error.source();
-        }
-        Kind::Other
+/// The kind of one cause this crate knows by its type.
+fn known(error: &(dyn StdError + 'static)) -> Option<TransportErrorKind> {
+    if let Some(error) = error.downcast_ref::<TransportError>() {
+        return Some(error.kind);
     }
+    error.downcast_ref::<std::io::Error>().map(io_kind)
+}
 
-    fn one(error: &(dyn StdError + 'static)) -> Option<Kind> {
-        if let Some(error) = error.downcast_ref::<super::TransportError>() {
-            return Some(error.kind);
-        }
-        if let Some(error) = error.downcast_ref::<io::Error>() {
-            return Some(io_kind(error));
-        }
-        #[cfg(feature = "lapin")]
-        if let Some(error) = error.downcast_ref::<lapin::Error>() {
-            return lapin_kind(error);
-        }
-        #[cfg(feature = "redis")]
-        if let Some(error) = error.downcast_ref::<redis::RedisError>() {
-            return Some(redis_kind(error));
-        }
-        #[cfg(feature = "kafka")]
-        if let Some(error) = error.downcast_ref::<rdkafka::error::KafkaError>() {
-            return Some(kafka_kind(error));
-        }
-        #[cfg(feature = "nats")]
-        if let Some(kind) = nats_kind(error) {
-            return Some(kind);
-        }
-        None
-    }
-
-    fn io_kind(error: &io::Error) -> Kind {
-        use io::ErrorKind as E;
-        match error.kind() {
-            E::PermissionDenied => Kind::Refused,
-            E::InvalidInput | E::AddrNotAvailable => Kind::Misconfigured,
-            _ => Kind::ConnectionLost,
-        }
-    }
-
-    #[cfg(feature = "lapin")]
-    fn lapin_kind(error: &lapin::Error) -> Option<Kind> {
-        use lapin::ErrorKind as E;
-        use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
-        Some(match error.kind() {
-            E::IOError(io) | E::RuntimeShutdownError(io) => io_kind(io),
-            E::InvalidConnectionState(_)
-            | E::InvalidChannelState(..)
-            | E::MissingHeartbeatError => Kind::ConnectionLost,
-            E::AuthProviderError(_) | E::InvalidProtocolVersion(_) | E::NoDefaultRuntime => {
-                Kind::Misconfigured
-            }
-            E::ProtocolError(amqp) => match amqp.kind() {
-                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) => Kind::Misconfigured,
-                AMQPErrorKind::Soft(_) => Kind::Refused,
-                AMQPErrorKind::Hard(AMQPHardError::CONNECTIONFORCED) => Kind::ConnectionLost,
-                AMQPErrorKind::Hard(_) => Kind::Refused,
-            },
-            _ => return None,
-        })
-    }
-
-    #[cfg(feature = "nats")]
-    fn nats_kind(error: &(dyn StdError + 'static)) -> Option<Kind> {
-        use async_nats::jetstream::context::{PublishError, PublishErrorKind as P};
-        use async_nats::{ConnectError, ConnectErrorKind as C};
-        if let Some(error) = error.downcast_ref::<ConnectError>() {
-            return Some(match error.kind() {
-                C::Io | C::TimedOut | C::Dns | C::MaxReconnects => Kind::ConnectionLost,
-                C::Authentication | C::AuthorizationViolation | C::Tls | C::ServerParse => {
-                    Kind::Misconfigured
-                }
-            });
-        }
-        let error = error.downcast_ref::<PublishError>()?;
-        Some(match error.kind() {
-            P::BrokenPipe => Kind::ConnectionLost,
-            P::TimedOut | P::MaxAckPending | P::Other => Kind::NotConfirmed,
-            P::StreamNotFound => Kind::Misconfigured,
-            P::WrongLastMessageId | P::WrongLastSequence | P::MaxPayloadExceeded => Kind::Refused,
-        })
-    }
-
-    #[cfg(feature = "redis")]
-    fn redis_kind(error: &redis::RedisError) -> Kind {
-        use redis::ErrorKind as E;
-        if error.is_io_error()
-            || error.is_connection_dropped()
-            || error.is_connection_refusal()
-            || error.is_timeout()
-        {
-            return Kind::ConnectionLost;
-        }
-        match error.kind() {
-            E::AuthenticationFailed | E::InvalidClientConfig | E::RESP3NotSupported => {
-                Kind::Misconfigured
-            }
-            E::Server(_) | E::Extension => Kind::Refused,
-            _ => Kind::Other,
-        }
-    }
-
-    #[cfg(feature = "kafka")]
-    fn kafka_kind(error: &rdkafka::error::KafkaError) -> Kind {
-        use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
-        if let KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) = error {
-            return Kind::Misconfigured;
-        }
-        match error.rdkafka_error_code() {
-            Some(
-                C::BrokerTransportFailure
-                | C::AllBrokersDown
-                | C::Resolve
-                | C::NetworkException
-                | C::RequestTimedOut
-                | C::OperationTimedOut
-                | C::LeaderNotAvailable
-                | C::NotLeaderForPartition
-                | C::NotCoordinator
-                | C::CoordinatorNotAvailable
-                | C::BrokerNotAvailable,
-            ) => Kind::ConnectionLost,
-            Some(C::MessageTimedOut | C::PurgeQueue | C::PurgeInflight) => Kind::NotConfirmed,
-            Some(
-                C::InvalidConfig
-                | C::UnknownTopicOrPartition
-                | C::UnknownTopic
-                | C::UnknownPartition
-                | C::InvalidReplicationFactor
-                | C::InvalidPartitions,
-            ) => Kind::Misconfigured,
-            Some(
-                C::TopicAuthorizationFailed
-                | C::GroupAuthorizationFailed
-                | C::ClusterAuthorizationFailed
-                | C::SaslAuthenticationFailed
-                | C::MessageSizeTooLarge
-                | C::InvalidRecord
-                | C::PolicyViolation,
-            ) => Kind::Refused,
-            _ => Kind::Other,
-        }
+/// The kind of an I/O failure: refused permission, a bad address, or (anything else) a lost
+/// connection. Clients that wrap an I/O error read its kind here.
+pub fn io_kind(error: &std::io::Error) -> TransportErrorKind {
+    use std::io::ErrorKind as E;
+    match error.kind() {
+        E::PermissionDenied => TransportErrorKind::Refused,
+        E::InvalidInput | E::AddrNotAvailable => TransportErrorKind::Misconfigured,
+        _ => TransportErrorKind::ConnectionLost,
     }
 }

@@ -154,14 +154,6 @@ macro_rules! from_dead_letters {
 
 from_dead_letters!(
     crate::memory::MemoryDeadLetters,
-    #[cfg(feature = "lapin")]
-    crate::rabbitmq::RabbitDeadLetters,
-    #[cfg(feature = "redis")]
-    crate::redis::RedisDeadLetters,
-    #[cfg(feature = "nats")]
-    crate::nats::NatsDeadLetters,
-    #[cfg(feature = "kafka")]
-    crate::kafka::KafkaDeadLetters,
     #[cfg(feature = "postgres")]
     crate::outbox::PgStore,
     #[cfg(feature = "sqlite")]

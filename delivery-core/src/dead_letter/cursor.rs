@@ -7,8 +7,7 @@ use crate::transport::TransportError;
 
 /// The position `cursor` holds, as the transport wrote it ([`DeadLetter::position`](super::DeadLetter::position));
 /// an error naming the cursor if it is not one of this dead letter's.
-#[cfg_attr(not(any(feature = "nats", feature = "kafka")), allow(dead_code))]
-pub(crate) fn parse<T: FromStr>(cursor: &Cursor) -> Result<T, TransportError> {
+pub fn parse<T: FromStr>(cursor: &Cursor) -> Result<T, TransportError> {
     cursor.as_str().parse().map_err(|_| {
         TransportError::msg(
             "listing the dead letter",

@@ -8,23 +8,14 @@ use std::time::Duration;
 use crate::transport::TransportError;
 
 /// Records that `depth` units wait in `dead_letter`.
-pub(crate) fn record(dead_letter: &str, depth: u64) {
+pub fn record(dead_letter: &str, depth: u64) {
     metrics::gauge!(crate::observe::DEAD_LETTER_DEPTH, "dead_letter" => dead_letter.to_owned())
         .set(depth as f64);
 }
 
 /// Reads the depth with `count` (which records it) every `every`, until the returned task is
 /// aborted; a failed read is logged and tried again at the next interval.
-#[cfg_attr(
-    not(any(
-        feature = "lapin",
-        feature = "redis",
-        feature = "nats",
-        feature = "kafka"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn watch<C, F>(
+pub fn watch<C, F>(
     dead_letter: String,
     every: Duration,
     mut count: C,

@@ -59,7 +59,7 @@ use crate::unit::{DeliveryCount, Unit, UnitId};
 /// The headers an edited redrive writes on a unit whose payload was `original`:
 /// [`EDITED`](crate::headers::EDITED) and [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256).
 /// A unit edited again keeps only its latest edit's (the digest of the payload just replaced).
-pub(crate) fn edit_headers(original: &[u8]) -> [(&'static str, String); 2] {
+pub fn edit_headers(original: &[u8]) -> [(&'static str, String); 2] {
     [
         (crate::headers::EDITED, "true".to_owned()),
         (
@@ -113,7 +113,7 @@ pub struct DeadLetter {
 impl DeadLetter {
     /// A record of `unit` dead-lettered from `source` at `position`; the rest is set with the
     /// public fields.
-    pub(crate) fn new(unit: Unit, source: impl Into<String>, position: impl Into<String>) -> Self {
+    pub fn new(unit: Unit, source: impl Into<String>, position: impl Into<String>) -> Self {
         DeadLetter {
             unit,
             reason: None,
@@ -181,7 +181,7 @@ pub struct Listing {
 impl Listing {
     /// A page of `records`, followed by more when `more` (the cursor is the last record's
     /// position).
-    pub(crate) fn page(records: Vec<DeadLetter>, more: bool) -> Self {
+    pub fn page(records: Vec<DeadLetter>, more: bool) -> Self {
         let next = if more {
             records.last().map(|r| Cursor::new(r.position.clone()))
         } else {
@@ -222,7 +222,7 @@ pub struct RedriveReport {
 
 impl RedriveReport {
     /// The report of a redrive of `selection` that moved `redriven`.
-    pub(crate) fn of(selection: Selection<'_>, redriven: Vec<UnitId>) -> Self {
+    pub fn of(selection: Selection<'_>, redriven: Vec<UnitId>) -> Self {
         let not_found = match selection {
             Selection::Ids(ids) => ids
                 .iter()

@@ -41,12 +41,6 @@
 //! # }
 //! ```
 
-#[cfg(feature = "axum")]
-mod axum;
-
-#[cfg(feature = "axum")]
-pub use self::axum::{HealthReport, route};
-
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

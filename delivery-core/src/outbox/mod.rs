@@ -9,7 +9,7 @@
 //! | [`PgStore`], [`SqliteStore`] | the outbox table: claims under a lease, batched marks, dead records and re-queue |
 //! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
-//! | [`sink`] | where a relay function sends: RabbitMQ, Kafka, HTTP — optionally signed as a Standard Webhooks sender (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
+//! | sinks | where a relay function sends, each in its transport's crate: `delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink` (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
 //!
 //! **Your own database client.** The stores and [`Outbox::write`] take your sqlx pool and your
 //! transaction, so your connect options, TLS and pool settings are kept. They must be **sqlx
@@ -70,4 +70,3 @@ pub use store::{Backlog, Status, Store, StoredRecord};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
 
-pub mod sink;

@@ -238,16 +238,7 @@ pub struct Receipt {
 impl Receipt {
     /// Made by a sink once the receiver confirmed `record`. A build without any sink (no
     /// `lapin`, `kafka`, `http`, and no test-only `testing::MemorySink`) makes none.
-    #[cfg_attr(
-        not(any(
-            feature = "lapin",
-            feature = "kafka",
-            feature = "http",
-            feature = "testing"
-        )),
-        allow(dead_code)
-    )]
-    pub(crate) fn confirmed(record: RecordId) -> Self {
+    pub fn confirmed(record: RecordId) -> Self {
         Receipt { record }
     }
 

@@ -1,6 +1,6 @@
 //! In-memory sink, for tests only (feature `testing`): records what was sent and confirms it, or
 //! fails as told. Its [`Receipt`] proves nothing went anywhere, so it is not among the
-//! [`outbox::sink`](crate::outbox::sink)s and is not compiled without the feature: a relay wired
+//! sinks (`delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink`) and is not compiled without the feature: a relay wired
 //! to it in a production build would mark records delivered while nothing went out (rule 6).
 
 use std::collections::{HashMap, VecDeque};

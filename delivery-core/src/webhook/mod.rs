@@ -35,9 +35,6 @@ mod scheme;
 mod secret;
 mod standard;
 mod stripe;
-// `#[webhook]` on axum: the route that verifies before it parses.
-#[cfg(feature = "axum")]
-mod axum;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,11 +45,6 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::unit::Headers;
 
-#[cfg(feature = "axum")]
-#[doc(hidden)]
-pub use self::axum::__private;
-#[cfg(feature = "axum")]
-pub use self::axum::{IntoSecrets, SecretOrigin, WebhookConfigError, WebhookHandler, route};
 pub use error::VerifyError;
 pub use generic::HmacScheme;
 pub use scheme::Scheme;
@@ -60,8 +52,7 @@ pub use secret::Secret;
 
 use parse::Signed;
 use secret::Key;
-#[cfg(feature = "http")]
-pub(crate) use standard::StandardSigner;
+pub use standard::StandardSigner;
 
 /// Verifies webhook deliveries for one [`Scheme`] and one or more secrets.
 ///
@@ -181,6 +172,12 @@ impl Verifier {
     pub fn max_body(mut self, bytes: usize) -> Self {
         self.max_body = bytes;
         self
+    }
+
+    /// The largest body it verifies, in bytes ([`max_body`](Self::max_body)): a route reads no
+    /// more than this before it refuses the request.
+    pub fn body_limit(&self) -> usize {
+        self.max_body
     }
 
     /// Also drops the header `name` (any case) from the unit's headers, beside
@@ -370,7 +367,7 @@ impl Verifier {
 
 /// A unit id derived from the verified bytes, `sha256:<hex>`: the same for every delivery of the
 /// same bytes (rule 3), for a delivery whose signature covers no id of its own.
-pub(crate) fn body_id(body: &[u8]) -> String {
+pub fn body_id(body: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(body)))
 }
 

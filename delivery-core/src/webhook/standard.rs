@@ -9,7 +9,6 @@ use super::parse::{
     Signed, Tags, base64_tag, malformed, optional, required, signed_value, timestamp,
 };
 use super::secret::Key;
-#[cfg(feature = "http")]
 use super::{Scheme, Secret};
 
 /// The signed content.
@@ -132,22 +131,20 @@ pub(super) fn sign(
 /// secrets, derived once, exactly as the verifier derives them. Every delivery it signs carries one
 /// signature per secret, so during a rotation a receiver that knows any one of them accepts it.
 /// Secrets never show in its `Debug`.
-#[cfg(feature = "http")]
 #[derive(Clone)]
-pub(crate) struct StandardSigner {
+pub struct StandardSigner {
     keys: Vec<Key>,
 }
 
-#[cfg(feature = "http")]
 impl StandardSigner {
     /// A signer with no secret yet: [`add`](StandardSigner::add) one before signing.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         StandardSigner { keys: Vec::new() }
     }
 
     /// Also signs with `secret` (`whsec_<base64>`, the prefix optional). `Err` says why the
     /// secret cannot be used (not base64, empty); it never quotes the secret.
-    pub(crate) fn add(&mut self, secret: &Secret) -> Result<(), &'static str> {
+    pub fn add(&mut self, secret: &Secret) -> Result<(), &'static str> {
         self.keys.push(Scheme::StandardWebhooks.key(secret)?);
         Ok(())
     }
@@ -155,7 +152,7 @@ impl StandardSigner {
     /// Sets `webhook-id: id`, `webhook-timestamp: timestamp` (Unix seconds) and
     /// `webhook-signature` over `{id}.{timestamp}.{body}` in `headers`. `Err` when there is no
     /// secret or `id` cannot be a header value the receiver reads back intact.
-    pub(crate) fn sign(
+    pub fn sign(
         &self,
         id: &str,
         timestamp: u64,
@@ -166,7 +163,6 @@ impl StandardSigner {
     }
 }
 
-#[cfg(feature = "http")]
 impl std::fmt::Debug for StandardSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StandardSigner")
@@ -175,7 +171,7 @@ impl std::fmt::Debug for StandardSigner {
     }
 }
 
-#[cfg(all(test, feature = "http"))]
+#[cfg(test)]
 mod tests {
     use std::time::{Duration, UNIX_EPOCH};
 
