@@ -70,7 +70,6 @@ use tracing::debug;
 
 use super::RabbitConnector;
 use super::publish::{ConfirmedPublisher, Outcome};
-use super::publish::{DEFAULT_CONFIRM_TIMEOUT, DEFAULT_CONFIRM_WINDOW};
 use delivery_core::HandlerError;
 use delivery_core::outbox::{Receipt, Record};
 use delivery_core::transport::TransportError;
@@ -167,14 +166,14 @@ impl RabbitSink {
     }
 
     /// How long a send waits, in all, for a window slot, the channel and the broker's confirm
-    /// (default [`DEFAULT_CONFIRM_TIMEOUT`]). A send that times out fails as a retry, and the
+    /// (default [`DEFAULT_CONFIRM_TIMEOUT`](crate::DEFAULT_CONFIRM_TIMEOUT)). A send that times out fails as a retry, and the
     /// channel is replaced on the next send.
     pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
         self.publisher = self.publisher.confirm_timeout(timeout);
         self
     }
 
-    /// How many publishes may await their confirm at once (default [`DEFAULT_CONFIRM_WINDOW`], at least
+    /// How many publishes may await their confirm at once (default [`DEFAULT_CONFIRM_WINDOW`](crate::DEFAULT_CONFIRM_WINDOW), at least
     /// 1); a send beyond it waits for a slot. Applies to this sink and the clones made from it
     /// afterwards.
     pub fn window(mut self, publishes: usize) -> Self {
