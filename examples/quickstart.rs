@@ -245,10 +245,12 @@ webhooks, verified over the raw body before parsing (rule 5):"
 /// Rule 6: the sending side. An order and the event announcing it are written in one transaction;
 /// the relay sends the event under the record's own id and marks it delivered only for the
 /// receiver's receipt. The first attempt fails (the receiver is "down"), the second gets through.
-/// (The outbox in SQLite: this workspace's examples build with `delivery-core/sqlite`; your own
-/// service enables the `sqlite` or `postgres` feature of `delivery`.)
+/// (The outbox in SQLite, from `delivery-sql`, a dev-dependency of this workspace so the
+/// quickstart needs no flag; your own service enables the `sqlite` or `postgres` feature of
+/// `delivery` and names the same types as `delivery::outbox::{NewRecord, Outbox}`.)
 mod relay {
-    use delivery::outbox::{NewRecord, Outbox, Relayer, Status};
+    use delivery::outbox::{Relayer, Status};
+    use delivery_sql::outbox::{NewRecord, Outbox};
     use delivery::testing::{MemorySink, SinkFailure};
     use delivery::{Backoff, HandlerError, OutboxRecord, Receipt, State, relay};
 

@@ -131,6 +131,27 @@ pub use delivery_kafka as kafka;
 #[cfg(feature = "http")]
 pub use delivery_http as http;
 
+/// The inbox (features `postgres`, `sqlite`): [`delivery_sql::inbox`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use delivery_sql::inbox;
+/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use delivery_sql::store;
+/// sqlx 0.9 (features `postgres`, `sqlite`), which the stores run on.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[doc(no_inline)]
+pub use delivery_sql::sqlx;
+
+/// The outbox: the relay ([`delivery_core::outbox`]) and, with the features `postgres` and
+/// `sqlite`, the write side and the stores ([`delivery_sql::outbox`]).
+pub mod outbox {
+    #[doc(inline)]
+    pub use delivery_core::outbox::*;
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[doc(inline)]
+    pub use delivery_sql::outbox::*;
+}
+
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].
 #[cfg(feature = "admin")]
 pub use delivery_axum::admin;

@@ -45,8 +45,6 @@ pub mod extract;
 mod handler;
 pub mod headers;
 pub mod health;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub mod inbox;
 pub mod marker;
 pub mod memory;
 pub mod observe;
@@ -55,7 +53,6 @@ pub mod outbox;
 mod pace;
 mod runtime;
 mod stopwatch;
-pub mod store;
 pub mod testing;
 pub mod trace;
 pub mod transport;
@@ -82,12 +79,6 @@ pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// The NATS client, re-exported so its version always matches this crate's.
 
-/// sqlx (0.9), re-exported so its version always matches this crate's: the pools and
-/// transactions you hand the outbox stores ([`outbox::PgStore`], [`outbox::SqliteStore`],
-/// [`outbox::Outbox::write`]) must be sqlx 0.9's. Depend on `sqlx = "0.9"` yourself, or name
-/// its types as `delivery::sqlx::...`.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use sqlx;
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

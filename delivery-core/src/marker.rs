@@ -118,7 +118,6 @@ minters!("ulid-3": ulid_3::Generator);
 minters!("fastrand-1": fastrand_1::Rng);
 minters!("fastrand-2": fastrand_2::Rng);
 // uuid's v7 context counts within a millisecond of the clock (present with the outbox stores).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 impl Minter for uuid::ContextV7 {}
 
 

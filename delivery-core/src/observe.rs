@@ -368,14 +368,12 @@ pub fn webhook_counter(
 }
 
 /// The relay's handles, registered once per run.
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) struct RelayGauges {
     pub(crate) in_flight: Gauge,
     pub(crate) pending: Gauge,
     pub(crate) oldest_pending_age: Gauge,
 }
 
-#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 impl RelayGauges {
     pub(crate) fn new(outbox: &str) -> Self {
         describe();
@@ -390,7 +388,6 @@ impl RelayGauges {
 /// Reads `store`'s backlog now and every `every`, into `health` and the relay's gauges (and the
 /// dead-letter depth gauge), until the returned task is aborted. A failed read is logged at
 /// debug (the relay's claims report an unreachable database) and leaves the last values.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn watch_backlog<St: crate::outbox::Store>(
     store: St,
     health: Health,

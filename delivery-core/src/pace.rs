@@ -53,7 +53,6 @@ impl Retry {
     }
 
     /// Failures in a row so far.
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub fn failures(&self) -> u32 {
         self.failures
     }

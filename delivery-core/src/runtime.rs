@@ -93,7 +93,6 @@ pub(crate) fn guard<T>(user_code: impl FnOnce() -> T) -> Result<T, Outcome> {
 }
 
 /// A future of user code whose every poll is [guarded](guard).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn guarded<F: Future>(run: F) -> impl Future<Output = Result<F::Output, Outcome>> {
     use futures_util::FutureExt;
     AssertUnwindSafe(run)

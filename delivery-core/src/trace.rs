@@ -154,7 +154,6 @@ pub fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
 
 /// The `delivery.relay` span of one attempt at `record` from `outbox`, its parent the trace
 /// context recorded with the record (feature `opentelemetry`).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: u32) -> Span {
     if !tracing::dispatcher::has_been_set() {
         return Span::none();
@@ -211,8 +210,7 @@ pub fn outgoing(system: &'static str, record: &crate::outbox::Record) -> crate::
 
 /// `headers` with the trace context of the current span, for a record being written (feature
 /// `opentelemetry`; `headers` as they are without it).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) fn with_current(headers: &crate::Headers) -> crate::Headers {
+pub fn with_current(headers: &crate::Headers) -> crate::Headers {
     otel::current_into(headers)
 }
 

@@ -154,8 +154,4 @@ macro_rules! from_dead_letters {
 
 from_dead_letters!(
     crate::memory::MemoryDeadLetters,
-    #[cfg(feature = "postgres")]
-    crate::outbox::PgStore,
-    #[cfg(feature = "sqlite")]
-    crate::outbox::SqliteStore,
 );

@@ -352,7 +352,6 @@ impl Health {
     }
 
     /// The number in flight (the relay knows it).
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn set_in_flight(&self, n: usize) {
         self.inner.in_flight.store(n as u64, Ordering::Relaxed);
     }
@@ -364,7 +363,6 @@ impl Health {
     }
 
     /// The relay's backlog as last read: `pending` records, the oldest `oldest_age` old.
-    #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn set_backlog(&self, pending: u64, oldest_age: Option<Duration>, dead: u64) {
         let inner = &*self.inner;
         inner

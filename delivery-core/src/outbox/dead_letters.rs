@@ -25,27 +25,27 @@ use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 /// The SQL a store provides for its dead records; the rest is [`DeadLetters`], written once.
 pub trait DeadRecords: Store {
     /// How many records are dead.
-    fn count_dead(&self) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    fn count_dead(&self) -> impl Future<Output = Result<u64, TransportError>> + Send;
 
     /// Up to `limit` dead records after position `after`, in order, with their positions.
     fn dead_after(
         &self,
         after: i64,
         limit: i64,
-    ) -> impl Future<Output = Result<Vec<(i64, StoredRecord)>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<(i64, StoredRecord)>, TransportError>> + Send;
 
     /// Makes the dead records among `ids` (all of them when `None`) pending again, attempts back
     /// to 0, available now; returns the ids it changed.
     fn requeue_dead(
         &self,
         ids: Option<&[RecordId]>,
-    ) -> impl Future<Output = Result<Vec<RecordId>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<RecordId>, TransportError>> + Send;
 
     /// The payload and headers of the dead record `id`; `None` when no dead record has that id.
     fn dead_payload(
         &self,
         id: &RecordId,
-    ) -> impl Future<Output = Result<Option<(Bytes, Headers)>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Option<(Bytes, Headers)>, TransportError>> + Send;
 
     /// Makes the dead record `id` pending again as [`requeue_dead`](Self::requeue_dead) does,
     /// with `payload` and `headers` in place of its own — provided it is still dead and still
@@ -56,16 +56,16 @@ pub trait DeadRecords: Store {
         original: &[u8],
         payload: &[u8],
         headers: &Headers,
-    ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<bool, TransportError>> + Send;
 
     /// Deletes the dead records among `ids`; returns how many.
     fn delete_dead(
         &self,
         ids: &[RecordId],
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<u64, TransportError>> + Send;
 }
 
-fn failed(what: &'static str) -> impl FnOnce(sqlx::Error) -> TransportError {
+fn failed(what: &'static str) -> impl FnOnce(TransportError) -> TransportError {
     move |error| TransportError::new(what, error)
 }
 

@@ -40,33 +40,16 @@
 //! attempts, last error, when it is available again (backoff), the lease (owner, until), the
 //! created order, and when it was delivered. Every time in it is the database's clock.
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod dead_letters;
 mod record;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod relayer;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod store;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-mod write;
-
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
 
 pub use record::{
     Attempt, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
 };
 
-#[cfg(feature = "postgres")]
-pub use postgres::PgStore;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use dead_letters::DeadRecords;
 pub use relayer::{RelayReport, Relayer};
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use store::{Backlog, Status, Store, StoredRecord};
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
+pub use store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
 

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures_util::stream::Stream;
 
 use super::record::{Record, RecordId};
+use crate::transport::TransportError;
 use crate::disposition::DeadLetterReason;
 
 /// A claim: up to `limit` records, leased to `owner` for `lease`.
@@ -64,7 +65,7 @@ impl Mark {
     }
 
     /// `(op, error, delay in ms)` as the stores' batched UPDATE takes them.
-    pub(crate) fn columns(&self) -> (&'static str, String, i64) {
+    pub fn columns(&self) -> (&'static str, String, i64) {
         match self {
             Mark::Delivered(_) => ("delivered", String::new(), 0),
             Mark::Release(_) => ("release", String::new(), 0),
@@ -79,13 +80,12 @@ impl Mark {
 }
 
 /// Notifications that records were committed: hints to claim now rather than at the next poll.
-pub(crate) type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
+pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
-/// An outbox table a [`Relayer`](super::Relayer) relays from: [`PgStore`](super::PgStore) or
-/// [`SqliteStore`](super::SqliteStore). Sealed: what the relayer asks of a store (claims under a
-/// lease, marks written back after a receipt) is this crate's, so that no store can mark a record
-/// delivered any other way (rule 6).
-pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
+/// An outbox table a [`Relayer`](super::Relayer) relays from (delivery-sql's `PgStore` and
+/// `SqliteStore`). The relayer alone decides when a mark is written (only after a receipt, rule
+/// 6); a store only claims under a lease and writes the marks it is handed.
+pub trait Store: Clone + Send + Sync + 'static {
     /// The table's name, for logs and metrics.
     fn name(&self) -> &str;
 
@@ -95,7 +95,7 @@ pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
     fn claim(
         &self,
         claim: Claim<'_>,
-    ) -> impl Future<Output = Result<Vec<Record>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Record>, TransportError>> + Send;
 
     #[doc(hidden)]
     /// Writes back `marks` in one statement. A failure mark applies only while `owner` still holds
@@ -105,7 +105,7 @@ pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
         &self,
         owner: &str,
         marks: &[Mark],
-    ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<u64, TransportError>> + Send;
 
     /// The backlog now: records pending (neither delivered nor dead, whether backing off, leased
     /// or waiting), the age of the oldest by the database's clock, and the dead records. One
@@ -132,7 +132,7 @@ pub trait Store: sealed::Sealed + Clone + Send + Sync + 'static {
     /// # Ok(()) }
     /// # #[cfg(not(feature = "sqlite"))] fn main() {}
     /// ```
-    fn backlog(&self) -> impl Future<Output = Result<Backlog, sqlx::Error>> + Send;
+    fn backlog(&self) -> impl Future<Output = Result<Backlog, TransportError>> + Send;
 
     #[doc(hidden)]
     /// Wake-ups after commits, where the database sends them (PostgreSQL `LISTEN`); `None` where
@@ -154,7 +154,7 @@ pub struct Backlog {
 
 impl Backlog {
     /// From the query's columns: counts, and the age in seconds (negative clamped to zero).
-    pub(crate) fn from_row(pending: i64, oldest_age_seconds: Option<f64>, dead: i64) -> Self {
+    pub fn from_row(pending: i64, oldest_age_seconds: Option<f64>, dead: i64) -> Self {
         Backlog {
             pending: pending.max(0) as u64,
             oldest_pending_age: oldest_age_seconds
@@ -163,11 +163,6 @@ impl Backlog {
             dead: dead.max(0) as u64,
         }
     }
-}
-
-pub(crate) mod sealed {
-    /// Only this crate's stores are [`Store`](super::Store)s.
-    pub trait Sealed {}
 }
 
 /// Where a record stands.
@@ -183,7 +178,8 @@ pub enum Status {
 }
 
 impl Status {
-    pub(crate) fn parse(s: &str) -> Status {
+    /// The status a `status` column holds (`pending`, `delivered`, `dead`).
+    pub fn parse(s: &str) -> Status {
         match s {
             "delivered" => Status::Delivered,
             "dead" => Status::Dead,
@@ -227,36 +223,15 @@ impl fmt::Debug for StoredRecord {
 
 /// Resolves once `pending` reports no pending record, polling every 20 ms (a shutdown signal
 /// for tests and batch jobs: relay until the outbox is drained).
-pub(crate) async fn until_idle<F, Fut>(pending: F)
+pub async fn until_idle<F, Fut, E>(pending: F)
 where
     F: Fn() -> Fut,
-    Fut: Future<Output = Result<u64, sqlx::Error>>,
+    Fut: Future<Output = Result<u64, E>>,
 {
     loop {
         if let Ok(0) = pending().await {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// How many records one statement of `retain` deletes: each batch is its own transaction, so
-/// writers and the relay wait one batch at most.
-pub(crate) const RETAIN_BATCH: i64 = 10_000;
-
-/// Runs `delete_batch` (which deletes up to [`RETAIN_BATCH`] records) until a batch comes back
-/// short, and returns how many it deleted in all.
-pub(crate) async fn in_batches<F, Fut>(mut delete_batch: F) -> Result<u64, sqlx::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<u64, sqlx::Error>>,
-{
-    let mut deleted = 0;
-    loop {
-        let batch = delete_batch().await?;
-        deleted += batch;
-        if batch < RETAIN_BATCH as u64 {
-            return Ok(deleted);
-        }
     }
 }

@@ -19,6 +19,7 @@ use super::super::record::{Record, Relay};
 use super::super::store::{Claim, Mark, Store, Wakeups};
 use super::attempt::{Attempts, Finished, start};
 use super::{RelayReport, Relayer};
+use crate::transport::TransportError;
 use crate::disposition::{Backoff, ReasonKind, RedeliveryPolicy};
 use crate::health::Health;
 use crate::observe::RelayGauges;
@@ -27,9 +28,9 @@ use crate::runtime::Shutdown;
 
 pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A claim in progress: how many were asked for, and what came back.
-type Claiming = BoxFuture<(usize, Result<Vec<Record>, sqlx::Error>)>;
+type Claiming = BoxFuture<(usize, Result<Vec<Record>, TransportError>)>;
 /// A write of marks in progress: the marks, and how it went.
-type Flushing = BoxFuture<(Vec<Finished>, Result<u64, sqlx::Error>)>;
+type Flushing = BoxFuture<(Vec<Finished>, Result<u64, TransportError>)>;
 
 /// The longest a mark waits for others to join its batch. Marks are written one statement per
 /// batch; a batch goes as soon as it holds a claim's worth of marks, when nothing else is in
@@ -437,7 +438,7 @@ where
     }
 
     #[cold]
-    fn on_claim_failed(&mut self, error: sqlx::Error) {
+    fn on_claim_failed(&mut self, error: TransportError) {
         let wait = self.claim_retry.failed();
         self.health.failed(&error, None);
         self.claim_retry_at = Instant::now() + wait;
@@ -471,7 +472,7 @@ where
 
     /// Marks could not be written: they go back in front of the ones waiting, for the retry.
     #[cold]
-    fn on_marks_failed(&mut self, mut batch: Vec<Finished>, error: sqlx::Error) {
+    fn on_marks_failed(&mut self, mut batch: Vec<Finished>, error: TransportError) {
         let wait = self.flush_retry.failed();
         self.flush_retry_at = Instant::now() + wait;
         tracing::warn!(outbox = &*self.name, %error, marks = batch.len(),

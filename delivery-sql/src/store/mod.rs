@@ -1,5 +1,5 @@
 //! The store guard of rule 4: arrival order is not the record's order, so a store applies a keyed
-//! write only if the unit's [`Stamp`](crate::Stamp) is newer than the one it already holds for
+//! write only if the unit's [`Stamp`](delivery_core::Stamp) is newer than the one it already holds for
 //! that key.
 //!
 //! The guard keeps one row per key — `(scope, key, stamp)` in the `delivery_stamps` table — and
@@ -38,9 +38,9 @@ pub const TABLE: &str = "delivery_stamps";
 
 /// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message
 /// (an `Encode` error would print it twice, as itself and as its source). A handler taking
-/// [`Stamp`](crate::Stamp) never gets here with one: its unit is malformed, dead-lettered at once.
+/// [`Stamp`](delivery_core::Stamp) never gets here with one: its unit is malformed, dead-lettered at once.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-fn stored(stamp: crate::Stamp) -> Result<i64, sqlx::Error> {
+fn stored(stamp: delivery_core::Stamp) -> Result<i64, sqlx::Error> {
     i64::try_from(stamp.0).map_err(|_| {
         sqlx::Error::InvalidArgument(format!(
             "stamp {stamp} is out of range: the guard's BIGINT column holds at most i64::MAX"

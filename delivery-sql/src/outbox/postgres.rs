@@ -10,18 +10,20 @@ use futures_util::StreamExt;
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{AssertSqlSafe, Row};
 
-use super::dead_letters::DeadRecords;
-use super::record::{Record, RecordId};
-use super::store::{
-    Backlog, Claim, Mark, RETAIN_BATCH, Status, Store, StoredRecord, Wakeups, in_batches,
-    until_idle,
+use delivery_core::outbox::{Record, RecordId};
+use delivery_core::outbox::{
+    Backlog, Claim, DeadRecords, Mark, Status, Store, StoredRecord, Wakeups, until_idle,
 };
+use delivery_core::transport::TransportError;
+
+use super::rows::{RETAIN_BATCH, in_batches};
+use crate::error::failed;
 use super::write::{Outbox, Table};
-use crate::unit::Stamp;
+use delivery_core::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_postgres.sql");
 
-/// An outbox table in PostgreSQL: what a [`Relayer`](super::Relayer) relays from, and an
+/// An outbox table in PostgreSQL: what a [`Relayer`](delivery_core::outbox::Relayer) relays from, and an
 /// operator's view of it (dead records, re-queue). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct PgStore {
@@ -170,7 +172,7 @@ impl PgStore {
     /// Deletes the records delivered more than `older_than` ago, by the database's clock (the
     /// record's `delivered_at`, written when the receiver confirmed it), and returns how many.
     /// Pending and dead records stay, whatever their age: a dead record is the operator's to
-    /// redrive or purge ([`DeadLetters`](crate::DeadLetters)). Without it, the outbox keeps
+    /// redrive or purge ([`DeadLetters`](delivery_core::DeadLetters)). Without it, the outbox keeps
     /// every record it ever relayed. Deletes in batches, each its own transaction; run it
     /// beside the relay, now and then.
     ///
@@ -242,15 +244,96 @@ fn stored(row: &sqlx::postgres::PgRow) -> Result<StoredRecord, sqlx::Error> {
     })
 }
 
-impl super::store::sealed::Sealed for PgStore {}
-
 impl Store for PgStore {
     #[allow(clippy::misnamed_getters)] // the qualified name: what logs and metrics show
     fn name(&self) -> &str {
         &self.table.qualified
     }
 
-    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, sqlx::Error> {
+    async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, TransportError> {
+        self.claim_sql(claim).await.map_err(failed("claiming records"))
+    }
+
+    async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, TransportError> {
+        self.mark_sql(owner, marks).await.map_err(failed("writing marks"))
+    }
+
+    async fn backlog(&self) -> Result<Backlog, TransportError> {
+        self.backlog_sql().await.map_err(failed("reading the backlog"))
+    }
+
+    async fn wakeups(&self) -> Option<Wakeups> {
+        let mut listener = match PgListener::connect_with(&self.pool).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
+                return None;
+            }
+        };
+        if let Err(error) = listener.listen(&self.table.qualified).await {
+            tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
+            return None;
+        }
+        // An error (a reconnect) wakes the relay too: a claim finds whatever the notification
+        // would have announced.
+        Some(Box::pin(listener.into_stream().map(|_| ())))
+    }
+}
+
+/// The dead records, for [`DeadLetters`](delivery_core::DeadLetters) (see `dead_letters.rs`); the position
+/// is the record's `seq`.
+impl DeadRecords for PgStore {
+    async fn count_dead(&self) -> Result<u64, TransportError> {
+        self.count_dead_sql().await.map_err(failed("counting dead records"))
+    }
+
+    async fn dead_after(
+        &self,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, StoredRecord)>, TransportError> {
+        self.dead_after_sql(after, limit).await.map_err(failed("listing dead records"))
+    }
+
+    /// Pending again under the same id, attempts back to 0, available now (the last error stays
+    /// for reference); relays are woken.
+    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, TransportError> {
+        self.requeue_dead_sql(ids).await.map_err(failed("requeueing dead records"))
+    }
+
+    async fn dead_payload(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(bytes::Bytes, delivery_core::unit::Headers)>, TransportError> {
+        self.dead_payload_sql(id).await.map_err(failed("reading a dead record"))
+    }
+
+    /// Pending again as `requeue_dead` makes it, with the new payload and headers; relays are
+    /// woken.
+    async fn requeue_dead_edited(
+        &self,
+        id: &RecordId,
+        original: &[u8],
+        payload: &[u8],
+        headers: &delivery_core::unit::Headers,
+    ) -> Result<bool, TransportError> {
+        self.requeue_dead_edited_sql(id, original, payload, headers).await.map_err(failed("requeueing an edited dead record"))
+    }
+
+    async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, TransportError> {
+        self.delete_dead_sql(ids).await.map_err(failed("deleting dead records"))
+    }
+}
+
+impl From<PgStore> for delivery_core::dead_letter::AnyDeadLetters {
+    fn from(store: PgStore) -> Self {
+        delivery_core::dead_letter::AnyDeadLetters::new(store)
+    }
+}
+
+/// The SQL of the [`Store`] and [`DeadRecords`] methods, in sqlx's errors.
+impl PgStore {
+    async fn claim_sql(&self, claim: Claim<'_>) -> Result<Vec<Record>, sqlx::Error> {
         let sql = if claim.ordered {
             &self.sql.claim_ordered
         } else {
@@ -275,7 +358,7 @@ impl Store for PgStore {
                 let order = row.try_get::<i64, _>(5)?;
                 let headers = row.try_get::<Option<String>, _>(6)?;
                 let record =
-                    record.with_headers(super::record::headers_from_column(headers.as_deref()));
+                    record.with_headers(super::rows::headers_from_column(headers.as_deref()));
                 Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
@@ -284,7 +367,7 @@ impl Store for PgStore {
         Ok(claimed.into_iter().map(|(_, record)| record).collect())
     }
 
-    async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, sqlx::Error> {
+    async fn mark_sql(&self, owner: &str, marks: &[Mark]) -> Result<u64, sqlx::Error> {
         if marks.is_empty() {
             return Ok(0);
         }
@@ -310,7 +393,7 @@ impl Store for PgStore {
         Ok(done.rows_affected())
     }
 
-    async fn backlog(&self) -> Result<Backlog, sqlx::Error> {
+    async fn backlog_sql(&self) -> Result<Backlog, sqlx::Error> {
         let sql = format!(
             "SELECT count(*) FILTER (WHERE status = 'pending'), \
                     EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8, \
@@ -324,32 +407,11 @@ impl Store for PgStore {
         Ok(Backlog::from_row(pending, age, dead))
     }
 
-    async fn wakeups(&self) -> Option<Wakeups> {
-        let mut listener = match PgListener::connect_with(&self.pool).await {
-            Ok(listener) => listener,
-            Err(error) => {
-                tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
-                return None;
-            }
-        };
-        if let Err(error) = listener.listen(&self.table.qualified).await {
-            tracing::warn!(outbox = self.name(), %error, "LISTEN unavailable; polling only");
-            return None;
-        }
-        // An error (a reconnect) wakes the relay too: a claim finds whatever the notification
-        // would have announced.
-        Some(Box::pin(listener.into_stream().map(|_| ())))
-    }
-}
-
-/// The dead records, for [`DeadLetters`](crate::DeadLetters) (see `dead_letters.rs`); the position
-/// is the record's `seq`.
-impl DeadRecords for PgStore {
-    async fn count_dead(&self) -> Result<u64, sqlx::Error> {
+    async fn count_dead_sql(&self) -> Result<u64, sqlx::Error> {
         self.count_with("dead").await
     }
 
-    async fn dead_after(
+    async fn dead_after_sql(
         &self,
         after: i64,
         limit: i64,
@@ -368,9 +430,7 @@ impl DeadRecords for PgStore {
             .collect()
     }
 
-    /// Pending again under the same id, attempts back to 0, available now (the last error stays
-    /// for reference); relays are woken.
-    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
+    async fn requeue_dead_sql(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
         let ids: Option<Vec<&str>> = ids.map(|ids| ids.iter().map(RecordId::as_str).collect());
         let sql = format!(
             "WITH requeued AS ( \
@@ -390,10 +450,10 @@ impl DeadRecords for PgStore {
         Ok(ids.into_iter().map(RecordId::new).collect())
     }
 
-    async fn dead_payload(
+    async fn dead_payload_sql(
         &self,
         id: &RecordId,
-    ) -> Result<Option<(bytes::Bytes, crate::unit::Headers)>, sqlx::Error> {
+    ) -> Result<Option<(bytes::Bytes, delivery_core::unit::Headers)>, sqlx::Error> {
         let sql = format!(
             "SELECT payload, headers FROM {} WHERE status = 'dead' AND id = $1",
             self.table.qualified
@@ -403,18 +463,16 @@ impl DeadRecords for PgStore {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref()
-            .map(super::record::payload_and_headers)
+            .map(super::rows::payload_and_headers)
             .transpose()
     }
 
-    /// Pending again as `requeue_dead` makes it, with the new payload and headers; relays are
-    /// woken.
-    async fn requeue_dead_edited(
+    async fn requeue_dead_edited_sql(
         &self,
         id: &RecordId,
         original: &[u8],
         payload: &[u8],
-        headers: &crate::unit::Headers,
+        headers: &delivery_core::unit::Headers,
     ) -> Result<bool, sqlx::Error> {
         let sql = format!(
             "WITH requeued AS ( \
@@ -430,14 +488,14 @@ impl DeadRecords for PgStore {
             .bind(id.as_str())
             .bind(original)
             .bind(payload)
-            .bind(super::record::headers_column(headers))
+            .bind(super::rows::headers_column(headers))
             .bind(&*self.table.qualified)
             .fetch_one(&self.pool)
             .await?;
         Ok(requeued > 0)
     }
 
-    async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
+    async fn delete_dead_sql(&self, ids: &[RecordId]) -> Result<u64, sqlx::Error> {
         let ids: Vec<&str> = ids.iter().map(RecordId::as_str).collect();
         let sql = format!(
             "DELETE FROM {} WHERE status = 'dead' AND id = ANY($1::text[])",

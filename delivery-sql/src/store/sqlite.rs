@@ -1,24 +1,19 @@
-//! The store guard in PostgreSQL (see [the module](super)).
+//! The store guard in SQLite (see [the module](super)).
 
-use sqlx::{Connection, PgConnection};
+use sqlx::SqliteConnection;
 
-use crate::unit::Stamp;
+use delivery_core::unit::Stamp;
 
 /// Creates the guard's table if it does not exist. Safe to run at every start.
-pub async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    // Concurrent `CREATE ... IF NOT EXISTS` can collide in the catalog: one at a time.
-    let mut tx = conn.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(7366206385)")
-        .execute(&mut *tx)
-        .await?;
+pub async fn migrate(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS delivery_stamps ( \
            scope TEXT NOT NULL, key TEXT NOT NULL, stamp BIGINT NOT NULL, \
            PRIMARY KEY (scope, key))",
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await
+    Ok(())
 }
 
 /// Moves `key`'s stamp (in `scope`, usually the table the caller writes) to `stamp` if `stamp` is
@@ -27,24 +22,24 @@ pub async fn migrate(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
 /// unit is handled).
 ///
 /// ```no_run
-/// # async fn handle(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// use delivery::{Stamp, store::postgres};
+/// # async fn handle(pool: sqlx::SqlitePool) -> Result<(), sqlx::Error> {
+/// use delivery::{Stamp, store::sqlite};
 /// let mut tx = pool.begin().await?;
-/// postgres::migrate(&mut tx).await?;
-/// assert!(postgres::advance(&mut tx, "orders", "o-1", Stamp(7)).await?);
-/// assert!(!postgres::advance(&mut tx, "orders", "o-1", Stamp(5)).await?, "older: refused");
-/// assert!(!postgres::advance(&mut tx, "orders", "o-1", Stamp(7)).await?, "the same: refused");
+/// sqlite::migrate(&mut tx).await?;
+/// assert!(sqlite::advance(&mut tx, "orders", "o-1", Stamp(7)).await?);
+/// assert!(!sqlite::advance(&mut tx, "orders", "o-1", Stamp(5)).await?, "older: refused");
+/// assert!(!sqlite::advance(&mut tx, "orders", "o-1", Stamp(7)).await?, "the same: refused");
 /// tx.commit().await?;
 /// # Ok(()) }
 /// ```
 pub async fn advance(
-    conn: &mut PgConnection,
+    conn: &mut SqliteConnection,
     scope: &str,
     key: &str,
     stamp: Stamp,
 ) -> Result<bool, sqlx::Error> {
     let moved = sqlx::query(
-        "INSERT INTO delivery_stamps (scope, key, stamp) VALUES ($1, $2, $3) \
+        "INSERT INTO delivery_stamps (scope, key, stamp) VALUES (?1, ?2, ?3) \
          ON CONFLICT (scope, key) DO UPDATE SET stamp = EXCLUDED.stamp \
          WHERE delivery_stamps.stamp < EXCLUDED.stamp \
          RETURNING 1",

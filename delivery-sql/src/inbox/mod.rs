@@ -108,7 +108,7 @@ use std::time::Duration;
 
 use sqlx::Transaction;
 
-use crate::unit::UnitId;
+use delivery_core::unit::UnitId;
 
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -1,26 +1,29 @@
-//! The inbox in PostgreSQL (see [the module](super)).
+//! The inbox in SQLite (see [the module](super)).
 
 use std::time::Duration;
 
 use sqlx::AssertSqlSafe;
-use sqlx::postgres::PgPool;
+use sqlx::sqlite::SqlitePool;
 
 use super::{BATCH, Inbox, InboxDatabase, RecordFuture};
-use crate::unit::UnitId;
+use delivery_core::unit::UnitId;
 
-impl InboxDatabase for sqlx::Postgres {
+/// SQLite's clock, in milliseconds since the Unix epoch (as the SQLite outbox keeps time).
+const NOW: &str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+
+impl InboxDatabase for sqlx::Sqlite {
     fn record<'a>(
-        conn: &'a mut sqlx::PgConnection,
+        conn: &'a mut sqlx::SqliteConnection,
         table: &'a str,
         consumer: &'a str,
         id: &'a str,
     ) -> RecordFuture<'a> {
         Box::pin(async move {
-            // The table name was validated as an identifier when the inbox was built. A
-            // concurrent transaction inserting the same key makes this one wait on the primary
-            // key until it ends: committed, a conflict (nothing inserted); rolled back, inserted.
+            // The table name was validated as an identifier when the inbox was built. The insert
+            // takes the database's write lock (waiting up to the busy timeout for another
+            // writer's commit) and holds it to the end of the caller's transaction.
             let sql = format!(
-                "INSERT INTO {table} (consumer, unit_id) VALUES ($1, $2) \
+                "INSERT INTO {table} (consumer, unit_id) VALUES (?1, ?2) \
                  ON CONFLICT (consumer, unit_id) DO NOTHING"
             );
             let inserted = sqlx::query(AssertSqlSafe(sql))
@@ -35,41 +38,27 @@ impl InboxDatabase for sqlx::Postgres {
 }
 
 impl Inbox {
-    /// This inbox's table in PostgreSQL, through `pool`: its migration and its retention.
-    pub fn postgres(&self, pool: PgPool) -> PgInbox {
-        PgInbox {
+    /// This inbox's table in SQLite, through `pool`: its migration and its retention.
+    pub fn sqlite(&self, pool: SqlitePool) -> SqliteInbox {
+        SqliteInbox {
             pool,
             inbox: self.clone(),
         }
     }
 }
 
-/// An [`Inbox`]'s table in PostgreSQL: made by [`migrate`](Self::migrate), kept to an age by
+/// An [`Inbox`]'s table in SQLite: made by [`migrate`](Self::migrate), kept to an age by
 /// [`retain`](Self::retain). Handlers need none of it: [`Inbox::first_time`] takes their
 /// transaction. Cheap to clone.
-///
-/// ```no_run
-/// # async fn run(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
-/// use std::time::Duration;
-/// use delivery::inbox::Inbox;
-///
-/// let inbox = Inbox::new("billing");
-/// let store = inbox.postgres(pool);
-/// store.migrate().await?;
-/// // Outside the handlers: every hour, forget what was applied more than 14 days ago.
-/// let cleanup = store.spawn_cleanup(Duration::from_secs(3600), Duration::from_secs(14 * 86_400));
-/// # cleanup.abort();
-/// # Ok(()) }
-/// ```
 #[derive(Clone, Debug)]
-pub struct PgInbox {
-    pool: PgPool,
+pub struct SqliteInbox {
+    pool: SqlitePool,
     inbox: Inbox,
 }
 
-impl PgInbox {
+impl SqliteInbox {
     /// The pool.
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
@@ -79,40 +68,39 @@ impl PgInbox {
     }
 
     /// The statements [`migrate`](Self::migrate) runs, for a migration tool of your own. They
-    /// are idempotent.
+    /// are idempotent. `applied_at` is milliseconds since the Unix epoch, by SQLite's clock.
     pub fn migration(&self) -> String {
         let table = &self.inbox.table;
-        let (t, name) = (&table.qualified, &table.name);
+        // SQLite names an index in the table's database (`schema.index ON table`).
+        let index = match &table.schema {
+            Some(schema) => format!("{schema}.{}_applied_at", table.name),
+            None => format!("{}_applied_at", table.name),
+        };
         format!(
             "CREATE TABLE IF NOT EXISTS {t} ( \
                consumer   TEXT NOT NULL, \
                unit_id    TEXT NOT NULL, \
-               applied_at TIMESTAMPTZ NOT NULL DEFAULT now(), \
+               applied_at INTEGER NOT NULL DEFAULT ({NOW}), \
                PRIMARY KEY (consumer, unit_id)); \
-             CREATE INDEX IF NOT EXISTS {name}_applied_at ON {t} (consumer, applied_at);"
+             CREATE INDEX IF NOT EXISTS {index} ON {name} (consumer, applied_at);",
+            t = table.qualified,
+            name = table.name,
         )
     }
 
-    /// Creates the table and its index if missing. Safe to run at every start, from several
-    /// processes at once.
+    /// Creates the table and its index if missing. Safe to run at every start.
     pub async fn migrate(&self) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        // Concurrent `CREATE ... IF NOT EXISTS` can still collide in the catalog: one at a time.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-            .bind(&*self.inbox.table.qualified)
-            .execute(&mut *tx)
-            .await?;
         sqlx::raw_sql(AssertSqlSafe(self.migration()))
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await?;
-        tx.commit().await
+        Ok(())
     }
 
     /// Whether this consumer's record of `id` is committed: the unit was applied, and was not
     /// forgotten since by [`retain`](Self::retain).
     pub async fn applied(&self, id: &UnitId) -> Result<bool, sqlx::Error> {
         let sql = format!(
-            "SELECT EXISTS (SELECT 1 FROM {} WHERE consumer = $1 AND unit_id = $2)",
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE consumer = ?1 AND unit_id = ?2)",
             self.inbox.table.qualified
         );
         sqlx::query_scalar(AssertSqlSafe(sql))
@@ -124,17 +112,15 @@ impl PgInbox {
 
     /// Deletes this consumer's records applied more than `older_than` ago, by the database's
     /// clock, and returns how many. Runs outside handlers, in batches (each its own
-    /// transaction). A duplicate of a deleted unit arriving later is applied again: see
-    /// [retention](super#retention).
+    /// transaction, so handlers wait for the write lock one batch at most). A duplicate of a
+    /// deleted unit arriving later is applied again: see [retention](super#retention).
     pub async fn retain(&self, older_than: Duration) -> Result<u64, sqlx::Error> {
         let t = &self.inbox.table.qualified;
         let sql = format!(
-            "DELETE FROM {t} WHERE consumer = $1 AND unit_id IN ( \
-               SELECT unit_id FROM {t} WHERE consumer = $1 \
-                 AND applied_at < now() - $2::float8 * interval '1 millisecond' \
-               LIMIT $3)"
+            "DELETE FROM {t} WHERE rowid IN ( \
+               SELECT rowid FROM {t} WHERE consumer = ?1 AND applied_at < {NOW} - ?2 LIMIT ?3)"
         );
-        let age_ms = older_than.as_secs_f64() * 1000.0;
+        let age_ms = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
         let mut deleted = 0;
         loop {
             let batch = sqlx::query(AssertSqlSafe(sql.as_str()))

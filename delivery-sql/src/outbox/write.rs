@@ -8,8 +8,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use sqlx::Transaction;
 
-use super::record::RecordId;
-use crate::unit::Headers;
+use delivery_core::outbox::RecordId;
+use delivery_core::unit::Headers;
 
 /// An outbox: the table records are written to, in the writer's transaction, and relayed from.
 ///
@@ -129,8 +129,8 @@ impl Outbox {
     ) -> Result<RecordId, sqlx::Error> {
         let id = record.id.clone().unwrap_or_else(mint);
         // The trace context of the span the record is written in travels with it (see
-        // `crate::trace`).
-        let headers = super::record::headers_column(&crate::trace::with_current(&record.headers));
+        // `delivery_core::trace`).
+        let headers = super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
         DB::insert(
             &mut **tx,
             &self.table.qualified,

@@ -1,0 +1,12 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+pub mod inbox;
+pub mod outbox;
+pub mod store;
+
+/// sqlx 0.9, which the stores run on: the pools, connections and transactions you hand them must
+/// be its. Depend on `sqlx = "0.9"` yourself, or name its types through this re-export.
+pub use sqlx;
