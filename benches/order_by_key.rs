@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 use std::collections::HashMap;
 
 use delivery::memory::{MemoryBroker, MemoryHandle};
-use delivery::{Consumer, HandlerError, Headers, Json, Settle, Source, State, Unit, consumer};
+use delivery::{
+    Consumer, HandlerError, Headers, Json, State, Unit, consumer, transport::Settle,
+    transport::Source,
+};
 use serde::Deserialize;
 
 mod support;

@@ -19,8 +19,8 @@ use delivery::lapin::options::{
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
-use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer};
+use delivery::rabbitmq::RabbitSink;
 use delivery::testing::MemorySink;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, Row};

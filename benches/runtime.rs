@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use delivery::memory::MemoryBroker;
-use delivery::{Consumer, Disposition, HandlerError, Json, Source, State, Unit, consumer};
+use delivery::{
+    Consumer, HandlerError, Json, State, Unit, consumer, disposition::Disposition,
+    transport::Source,
+};
 use serde::Deserialize;
 use tokio::sync::Notify;
 

@@ -30,7 +30,8 @@ use delivery::memory::MemoryBroker;
 use delivery::outbox::{NewRecord, Outbox, Relayer, SqliteStore};
 use delivery::testing::MemorySink;
 use delivery::{
-    Consumer, HandlerError, Json, OutboxRecord, Receipt, State, Unit, UnitId, consumer, relay,
+    Consumer, HandlerError, Json, Receipt, State, Unit, UnitId, consumer, outbox::OutboxRecord,
+    relay,
 };
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::{Deserialize, Serialize};

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use delivery::lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Connection, ExchangeKind};
-use delivery::rabbitmq::{DEFAULT_CONFIRM_WINDOW, RabbitSink};
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, RelayReport, Relayer};
+use delivery::rabbitmq::{DEFAULT_CONFIRM_WINDOW, RabbitSink};
 use delivery::{HandlerError, Receipt, State, relay};
 use sqlx::postgres::PgPoolOptions;
 

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use delivery::memory::{MemoryBroker, QueueConfig};
 use delivery::{
-    Backoff, Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer,
+    Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer,
+    disposition::Backoff,
 };
 use serde::Deserialize;
 
@@ -250,9 +251,11 @@ webhooks, verified over the raw body before parsing (rule 5):"
 /// `delivery` and names the same types as `delivery::outbox::{NewRecord, Outbox}`.)
 mod relay {
     use delivery::outbox::{Relayer, Status};
-    use delivery_sql::outbox::{NewRecord, Outbox};
     use delivery::testing::{MemorySink, SinkFailure};
-    use delivery::{Backoff, HandlerError, OutboxRecord, Receipt, State, relay};
+    use delivery::{
+        HandlerError, Receipt, State, disposition::Backoff, outbox::OutboxRecord, relay,
+    };
+    use delivery_sql::outbox::{NewRecord, Outbox};
 
     #[derive(serde::Serialize, serde::Deserialize)]
     struct OrderPlaced {

@@ -102,8 +102,21 @@
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[doc(inline)]
-pub use delivery_core::*;
+// The names a handler is written with (at most 15 besides modules; everything else lives in its
+// module, under one path).
+pub use delivery_core::extract::{Json, State};
+pub use delivery_core::outbox::Receipt;
+pub use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
+pub use delivery_core::{Consumer, HandlerError, Stopwatch};
+
+// The modules, as delivery-core has them.
+pub use delivery_core::{
+    consumer, dead_letter, disposition, error, extract, handler, headers, marker, memory, observe,
+    offset, testing, trace, transport, unit,
+};
+
+#[doc(hidden)]
+pub use delivery_core::__private;
 
 /// RabbitMQ (feature `lapin`): the crate [`delivery_rabbitmq`].
 #[cfg(feature = "lapin")]
@@ -134,22 +147,27 @@ pub use delivery_http as http;
 /// The inbox (features `postgres`, `sqlite`): [`delivery_sql::inbox`].
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub use delivery_sql::inbox;
-/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`].
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use delivery_sql::store;
 /// sqlx 0.9 (features `postgres`, `sqlite`), which the stores run on.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 #[doc(no_inline)]
 pub use delivery_sql::sqlx;
+/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use delivery_sql::store;
 
 /// The outbox: the relay ([`delivery_core::outbox`]) and, with the features `postgres` and
 /// `sqlite`, the write side and the stores ([`delivery_sql::outbox`]).
 pub mod outbox {
-    #[doc(inline)]
-    pub use delivery_core::outbox::*;
+    pub use delivery_core::outbox::{
+        Attempt, Backlog, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
+        RelayReport, Relayer, Status, Store, StoredRecord,
+    };
+    #[cfg(feature = "postgres")]
+    pub use delivery_sql::outbox::PgStore;
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sql::outbox::SqliteStore;
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    #[doc(inline)]
-    pub use delivery_sql::outbox::*;
+    pub use delivery_sql::outbox::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
 }
 
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].
@@ -159,21 +177,26 @@ pub use delivery_axum::admin;
 /// Webhooks in: verification ([`delivery_core::webhook`]) and, with the feature `axum`, the
 /// routes `#[webhook]` builds ([`delivery_axum::webhook`]).
 pub mod webhook {
-    #[doc(inline)]
-    pub use delivery_core::webhook::*;
     #[cfg(feature = "axum")]
-    #[doc(inline)]
-    pub use delivery_axum::webhook::*;
+    #[doc(hidden)]
+    pub use delivery_axum::webhook::__private;
+    #[cfg(feature = "axum")]
+    pub use delivery_axum::webhook::{
+        IntoSecrets, SecretOrigin, WebhookConfigError, WebhookHandler, route,
+    };
+    pub use delivery_core::webhook::{
+        HmacScheme, Scheme, Secret, StandardSigner, Verifier, VerifyError,
+    };
 }
 
 /// A consumer's or relay's health ([`delivery_core::health`]) and, with the feature `axum`, its
 /// route ([`delivery_axum::health`]).
 pub mod health {
-    #[doc(inline)]
-    pub use delivery_core::health::*;
     #[cfg(feature = "axum")]
-    #[doc(inline)]
-    pub use delivery_axum::health::*;
+    pub use delivery_axum::health::{HealthReport, route};
+    pub use delivery_core::health::{
+        Component, Health, HealthSnapshot, HealthStatus, RECONNECT_GRACE,
+    };
 }
 
 /// Turns an `async fn` into a handler the consumer runtime runs.
@@ -228,7 +251,7 @@ pub mod health {
 ///   calls;
 /// - **a clock or generator in a field of the state struct** (`struct App { rng: StdRng, .. }`
 ///   taken as `State<App>`): the markers see the parameter's type, `App`, not its fields — a trait
-///   cannot ask whether some field is a clock. Mark the state (`impl delivery::Minter for App {}`)
+///   cannot ask whether some field is a clock. Mark the state (`impl delivery::marker::Minter for App {}`)
 ///   to refuse it, or keep clocks and generators out of the state;
 /// - **an import or alias at module level used in the body**: `use std::time::SystemTime as
 ///   Wall;` then `Wall::now()`, `use ulid::Generator;` then `Generator::new()`, a free function
@@ -266,7 +289,7 @@ pub mod health {
 /// # Equivalent code without the attribute
 ///
 /// ```
-/// # use delivery::{HandlerError, Json, Handler, Outcome, Unit, FromUnit, IntoOutcome};
+/// # use delivery::{HandlerError, Json, handler::Handler, disposition::Outcome, Unit, extract::FromUnit, handler::IntoOutcome};
 /// # #[derive(serde::Deserialize)] struct Order { id: String }
 /// // #[consumer] async fn record(Json(order): Json<Order>) -> Result<(), HandlerError> { .. }
 /// #[allow(non_camel_case_types)]
@@ -456,7 +479,7 @@ pub use delivery_macros::webhook;
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use delivery::testing::MemorySink;
 /// use delivery::outbox::{NewRecord, Outbox, Relayer};
-/// use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+/// use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct OrderPlaced { order_id: String }
@@ -500,7 +523,7 @@ pub use delivery_macros::webhook;
 /// body, no acknowledgement handle — and the function must return `Result<Receipt, E>`:
 ///
 /// ```compile_fail
-/// # use delivery::{HandlerError, OutboxRecord, relay};
+/// # use delivery::{HandlerError, outbox::OutboxRecord, relay};
 /// # #[derive(serde::Deserialize)] struct OrderPlaced { order_id: String }
 /// #[relay]
 /// async fn announce(record: OutboxRecord<OrderPlaced>) -> Result<(), HandlerError> {

@@ -410,7 +410,7 @@ async fn redrive_purge_and_edit_act_on_the_dead_letter_and_say_so() {
     let mut source = broker.consume("orders");
     let mut back = Vec::new();
     for _ in 0..2 {
-        let (unit, _handle) = delivery::Source::receive(&mut source)
+        let (unit, _handle) = delivery::transport::Source::receive(&mut source)
             .await
             .unwrap()
             .unwrap();

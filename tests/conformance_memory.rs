@@ -37,6 +37,9 @@ impl Fixture for Memory {
 async fn the_in_memory_broker_passes_the_conformance_suite() {
     let memory = Memory(MemoryBroker::new());
     conformance::run_all(&memory).await;
-    conformance::operates_the_dead_letter_in_the_console(&memory, delivery::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &memory,
+        delivery::admin::testing::console,
+    )
+    .await;
 }

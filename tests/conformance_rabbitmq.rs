@@ -162,8 +162,11 @@ impl Fixture for Rabbit {
 async fn rabbitmq_passes_the_conformance_suite() {
     let rabbit = Rabbit::new().await;
     conformance::run_all(&rabbit).await;
-    conformance::operates_the_dead_letter_in_the_console(&rabbit, delivery::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &rabbit,
+        delivery::admin::testing::console,
+    )
+    .await;
     rabbit.cleanup().await;
 }
 
@@ -173,8 +176,11 @@ async fn rabbitmq_passes_the_conformance_suite() {
 async fn a_classic_queue_passes_the_conformance_suite() {
     let rabbit = Rabbit::classic().await;
     conformance::run_all(&rabbit).await;
-    conformance::operates_the_dead_letter_in_the_console(&rabbit, delivery::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &rabbit,
+        delivery::admin::testing::console,
+    )
+    .await;
     rabbit.cleanup().await;
 }
 
@@ -210,7 +216,7 @@ async fn redeclaring_with_a_different_limit_names_the_argument() {
 /// delivery; the first delivery's count is 1 whatever the broker's header says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
-    use delivery::{Settle, Source};
+    use delivery::{transport::Settle, transport::Source};
     let rabbit = Rabbit::new().await;
     let topology = rabbit.topology("no-id");
     rabbit.delete(&topology).await;
@@ -273,7 +279,7 @@ async fn fails_first(
 /// meanwhile, it gives the unit back before `run` returns — not after, not never — counts it once
 /// in the report, and the broker counts one delivery: the next consumer sees count 2.
 async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
-    use delivery::{Backoff, Consumer};
+    use delivery::{Consumer, disposition::Backoff};
     use std::sync::Arc;
     use std::time::Duration;
     let name = "held";

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use delivery::memory::{MemoryBroker, MemoryHandle, MemorySource};
 use delivery::{
-    Consumer, FromUnit, HandlerError, Json, Malformed, Source, State, TransportError, Unit,
-    consumer,
+    Consumer, HandlerError, Json, State, Unit, consumer, extract::FromUnit, extract::Malformed,
+    transport::Source, transport::TransportError,
 };
 use tokio::sync::Notify;
 
@@ -61,7 +61,7 @@ async fn extractor_panics(_e: Exploding, State(app): State<Arc<App>>) -> Result<
 async fn gated_one_at_a_time_then_stopped() -> (
     MemoryBroker,
     Arc<App>,
-    tokio::task::JoinHandle<delivery::Report>,
+    tokio::task::JoinHandle<delivery::consumer::Report>,
 ) {
     let broker = MemoryBroker::new();
     broker.publish("q", Unit::new("a", "5"));
@@ -107,16 +107,16 @@ async fn one_at_a_time_waiting_handler_finishing_within_the_deadline_is_acked_an
     assert_eq!(broker.depth("q"), 1, "the second unit is still queued");
 }
 
-async fn run_until_idle<H: delivery::Handler<Arc<App>>>(
+async fn run_until_idle<H: delivery::handler::Handler<Arc<App>>>(
     broker: &MemoryBroker,
     app: &Arc<App>,
     concurrency: usize,
     h: H,
-) -> delivery::Report {
+) -> delivery::consumer::Report {
     Consumer::new(broker.consume("q"))
         .state(app.clone())
         .concurrency(concurrency)
-        .backoff(delivery::Backoff::none())
+        .backoff(delivery::disposition::Backoff::none())
         .shutdown_on(broker.idle("q"))
         .run(h)
         .await
@@ -193,7 +193,7 @@ async fn a_signal_already_given_stops_before_any_unit() {
             .shutdown_on(async {})
             .run(gated)
             .await;
-        assert_eq!(report, delivery::Report::default());
+        assert_eq!(report, delivery::consumer::Report::default());
         assert_eq!(broker.depth("q"), 1);
     }
 }
@@ -271,7 +271,7 @@ async fn a_signal_during_a_failed_receive_s_wait_stops_the_loop_both_ways() {
         .shutdown_on(tokio::time::sleep(Duration::from_millis(250)))
         .run(add)
         .await;
-        assert_eq!(report, delivery::Report::default());
+        assert_eq!(report, delivery::consumer::Report::default());
         assert_eq!(
             started.elapsed(),
             Duration::from_millis(250),

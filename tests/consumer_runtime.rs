@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use delivery::memory::{MemoryBroker, QueueConfig};
 use delivery::{
-    Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, Report, State, Unit, UnitId,
-    consumer,
+    Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer, consumer::Report,
+    disposition::Backoff, disposition::ReasonKind,
 };
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -566,7 +566,7 @@ async fn an_operator_reads_and_redrives_the_dead_letter_under_the_same_id() {
     assert!(dead.is_empty());
     assert_eq!(broker.depth("payments"), 1);
     let mut source = broker.consume("payments");
-    let (unit, _handle) = delivery::Source::receive(&mut source)
+    let (unit, _handle) = delivery::transport::Source::receive(&mut source)
         .await
         .unwrap()
         .unwrap();

@@ -14,9 +14,9 @@ mod process;
 
 use std::error::Error as _;
 
-use delivery::TransportErrorKind;
 use delivery::lapin::BasicProperties;
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitTopology, TopologyError};
+use delivery::transport::TransportErrorKind;
 use process::amqp_url;
 
 /// A loopback port with no server behind it.

@@ -20,7 +20,7 @@ use process::{Orders as _, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use delivery::DeadLetters;
+use delivery::dead_letter::DeadLetters;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
@@ -178,9 +178,9 @@ async fn sigkill_mid_effect_loses_nothing_and_applies_each_order_once() {
         assert!((0..PARTITIONS).contains(&source_partition), "{}", d.id());
         partitions.insert(source_partition);
         let expected_reason = if d.unit.payload().starts_with(b"{oops") {
-            delivery::ReasonKind::Malformed
+            delivery::disposition::ReasonKind::Malformed
         } else {
-            delivery::ReasonKind::Rejected
+            delivery::disposition::ReasonKind::Rejected
         };
         assert_eq!(d.reason, Some(expected_reason), "{}", d.id());
     }

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 
 use delivery::kafka::client::message::{Header, OwnedHeaders};
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery::{Consumer, DeadLetters, HandlerError, ReasonKind, State, UnitId, consumer};
+use delivery::{
+    Consumer, HandlerError, State, UnitId, consumer, dead_letter::DeadLetters,
+    disposition::ReasonKind,
+};
 use kafka_support::{brokers, declare, producer, record, send, unique_name};
 
 /// tansu 0.6 drops a dead member only once a member joins after the dead one's session expired,

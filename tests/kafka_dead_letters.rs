@@ -17,7 +17,7 @@ use dead_letters::strict;
 use delivery::dead_letter::{DeadLetters, Selection};
 use delivery::kafka::client::message::{Header, OwnedHeaders};
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery::{Consumer, ReasonKind, UnitId};
+use delivery::{Consumer, UnitId, disposition::ReasonKind};
 use kafka_support::{brokers, declare, end_of, headers_at, producer, record, send, unique_name};
 
 /// Consumes until the dead letter holds `n` units.

@@ -17,7 +17,7 @@ use std::time::Duration;
 use delivery::dead_letter::DeadLetters;
 use delivery::kafka::client::message::OwnedHeaders;
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery::{Consumer, HandlerError, ReasonKind, State, UnitId, consumer};
+use delivery::{Consumer, HandlerError, State, UnitId, consumer, disposition::ReasonKind};
 use kafka_support::{brokers, declare, end_of, producer, record, send, unique_name};
 
 #[derive(Clone, Default)]

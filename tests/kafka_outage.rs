@@ -20,7 +20,7 @@ mod proxy;
 
 use std::time::Duration;
 
-use delivery::DeadLetters;
+use delivery::dead_letter::DeadLetters;
 use kafka_support::{Tansu, free_address};
 use orders::Env;
 use process::{Orders as _, orders, terminate, wait_for};

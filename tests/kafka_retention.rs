@@ -10,13 +10,13 @@ mod kafka_support;
 
 use std::time::Duration;
 
-use delivery::TransportErrorKind;
 use delivery::kafka::KafkaTopology;
 use delivery::kafka::client::ClientConfig;
 use delivery::kafka::client::admin::{
     AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication,
 };
 use delivery::kafka::client::client::DefaultClientContext;
+use delivery::transport::TransportErrorKind;
 use kafka_support::{brokers, declare, unique_name};
 
 fn admin() -> AdminClient<DefaultClientContext> {

@@ -19,7 +19,7 @@ use delivery::disposition::Backoff;
 use delivery::kafka::client::ClientConfig;
 use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
 use delivery::kafka::{KafkaSource, KafkaTopology};
-use delivery::{Consumer, DeliveryCount, HandlerError, Report, State, UnitId, consumer};
+use delivery::{Consumer, DeliveryCount, HandlerError, State, UnitId, consumer, consumer::Report};
 use kafka_support::{brokers, declare, end_of, produce, unique_name};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use tokio::sync::Notify;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use delivery::kafka::client::message::OwnedHeaders;
 use delivery::kafka::{KafkaSource, KafkaTopology};
-use delivery::{Consumer, HandlerError, Report, State, UnitId, consumer};
+use delivery::{Consumer, HandlerError, State, UnitId, consumer, consumer::Report};
 use kafka_support::{brokers, committed, declare, end_of, producer, record, send, unique_name};
 use process::wait_for;
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use delivery::memory::{LogConfig, LogPosition, MemoryBroker, MemoryDeadLetters, MemoryLogSource};
 use delivery::testing::conformance::{self, Fixture};
 use delivery::{
-    Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, State, Unit, UnitId, consumer,
+    Consumer, DeliveryCount, HandlerError, Json, State, Unit, UnitId, consumer,
+    disposition::Backoff, disposition::ReasonKind,
 };
 use serde::Deserialize;
 use tokio::sync::Notify;
@@ -139,7 +140,7 @@ fn ledger(
     broker: &MemoryBroker,
     app: &App,
     handler_timeout: Option<Duration>,
-) -> tokio::task::JoinHandle<delivery::Report> {
+) -> tokio::task::JoinHandle<delivery::consumer::Report> {
     let consumer = Consumer::new(broker.consume_log("payments", "ledger"))
         .state(app.clone())
         .concurrency(4)

@@ -140,13 +140,15 @@ struct Flaky {
     refusals: u32,
 }
 
-impl delivery::Source for Flaky {
+impl delivery::transport::Source for Flaky {
     type Handle = delivery::memory::MemoryHandle;
 
-    async fn receive(&mut self) -> Result<Option<(Unit, Self::Handle)>, delivery::TransportError> {
+    async fn receive(
+        &mut self,
+    ) -> Result<Option<(Unit, Self::Handle)>, delivery::transport::TransportError> {
         if self.refusals > 0 {
             self.refusals -= 1;
-            return Err(delivery::TransportError::msg(
+            return Err(delivery::transport::TransportError::msg(
                 "connecting",
                 "connection refused",
             ));

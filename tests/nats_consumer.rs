@@ -14,7 +14,7 @@ use process::{Orders as _, order, terminate, wait_for};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use delivery::DeadLetters;
+use delivery::dead_letter::DeadLetters;
 use orders::Env;
 use sqlx::{AssertSqlSafe, Row};
 
@@ -134,7 +134,7 @@ async fn crash_run(name: &str, max_deliver: u32, units: usize, kills_wanted: u64
     // swept as exhausted too, instead of being dead-lettered for its own reason).
     let exhausted: BTreeSet<String> = dead
         .iter()
-        .filter(|d| d.reason == Some(delivery::ReasonKind::Exhausted))
+        .filter(|d| d.reason == Some(delivery::disposition::ReasonKind::Exhausted))
         .filter(|d| orders.contains_key(d.id().as_str()))
         .map(|d| d.id().to_string())
         .collect();

@@ -15,7 +15,7 @@ use async_nats::jetstream;
 use dead_letters::strict;
 use delivery::dead_letter::{Cursor, DeadLetters, Selection};
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::{Consumer, ReasonKind, Stamp, UnitId};
+use delivery::{Consumer, Stamp, UnitId, disposition::ReasonKind};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -37,7 +37,7 @@ async fn consume_through(
     client: &async_nats::Client,
     topology: &NatsTopology,
     sequence: u64,
-) -> delivery::Report {
+) -> delivery::consumer::Report {
     let context = jetstream::new(client.clone());
     let source = NatsSource::with_client(client.clone(), topology.clone())
         .await

@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use delivery::DeadLetters;
+use delivery::dead_letter::DeadLetters;
 use nats_orders::Env;
 use process::{Orders as _, orders, terminate, wait_for};
 

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer};
-use delivery::Source;
 use delivery::nats::{NatsSource, NatsTopology};
+use delivery::transport::Source;
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())

@@ -20,7 +20,7 @@ use delivery::headers::{
     DEAD_LETTER_SUBJECT as HEADER_DEAD_LETTER_SUBJECT,
 };
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology, Retention};
-use delivery::{ReasonKind, Source, Stamp, UnitId};
+use delivery::{Stamp, UnitId, disposition::ReasonKind, transport::Source};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -292,7 +292,9 @@ async fn stranded_units_are_swept_into_the_dead_letter(name: &str, retention: Re
     let again = dead_letters.sweep().await.unwrap();
     assert!(again.is_empty(), "a second sweep finds nothing: {again:?}");
     assert_eq!(
-        delivery::DeadLetters::count(&dead_letters).await.unwrap(),
+        delivery::dead_letter::DeadLetters::count(&dead_letters)
+            .await
+            .unwrap(),
         2
     );
     drop_streams(&context, &topology).await;
@@ -326,7 +328,12 @@ async fn the_source_sweeps_by_itself() {
     strand(
         &mut source,
         async |_: &UnitId, _: u64| {},
-        async || delivery::DeadLetters::count(&dead_letters).await.unwrap() == 1,
+        async || {
+            delivery::dead_letter::DeadLetters::count(&dead_letters)
+                .await
+                .unwrap()
+                == 1
+        },
     )
     .await;
     let records = dead_letters::all(&dead_letters).await;

@@ -111,13 +111,13 @@ fn assert_in_order(seen: &Seen, keys: &[String], per_key: u32) {
 
 /// Consumes `source` at concurrency 16 ordered by key until `seen` holds `total` units (at most a
 /// minute), then `linger` more.
-async fn ordered_until<Src: delivery::Source>(
+async fn ordered_until<Src: delivery::transport::Source>(
     source: Src,
     seen: &Seen,
     total: usize,
     linger: Duration,
     when_returned: WhenReturned,
-) -> delivery::Report {
+) -> delivery::consumer::Report {
     let stop = {
         let seen = seen.clone();
         async move {
@@ -476,7 +476,7 @@ async fn kafka_ordered(
     per_key: u32,
     failing: usize,
     when_returned: WhenReturned,
-) -> delivery::Report {
+) -> delivery::consumer::Report {
     use delivery::kafka::client::message::{Header, OwnedHeaders};
     use delivery::kafka::client::producer::FutureRecord;
     use delivery::kafka::{KafkaSource, KafkaTopology};
@@ -599,13 +599,13 @@ fn timed_unit(id: &str, key: &str, sleep_ms: u64, fail_first: bool) -> Unit {
 /// Consumes `source` at concurrency 4 ordered by key until `done` holds (at most a minute), then
 /// `linger` more: long enough for a unit not kept alive to be delivered again.
 #[cfg(any(feature = "nats", feature = "redis"))]
-async fn timed_until<Src: delivery::Source>(
+async fn timed_until<Src: delivery::transport::Source>(
     source: Src,
     runs: &Runs,
     when_returned: WhenReturned,
     done: impl Fn(&Runs) -> bool + Send + 'static,
     linger: Duration,
-) -> delivery::Report {
+) -> delivery::consumer::Report {
     let stop = {
         let runs = runs.clone();
         async move {
@@ -716,7 +716,7 @@ async fn redis_timed(
     when_returned: WhenReturned,
     done: impl Fn(&Runs) -> bool + Send + 'static,
     linger: Duration,
-) -> (Runs, delivery::Report) {
+) -> (Runs, delivery::consumer::Report) {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let topology = redis_stream(name, claim_idle).await;
     let mut connection = delivery::redis::connect(&url).await.unwrap();

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use delivery::Backoff;
+use delivery::disposition::Backoff;
 use delivery::outbox::{
     Attempt, IntoAttempt, NewRecord, Outbox, PgStore, Record, Relay, Relayer, Status, Store,
 };

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use delivery::http::HttpSink;
 use delivery::lapin::options::{
     BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
     QueueDeclareOptions, QueueDeleteOptions,
 };
 use delivery::lapin::types::FieldTable;
 use delivery::lapin::{Connection, ExchangeKind};
-use delivery::http::HttpSink;
-use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, Relayer, Status};
-use delivery::{Backoff, HandlerError, Receipt, State, relay};
+use delivery::rabbitmq::RabbitSink;
+use delivery::{HandlerError, Receipt, State, disposition::Backoff, relay};
 use sqlx::{AssertSqlSafe, PgPool};
 
 fn database_url() -> String {

@@ -16,7 +16,7 @@ use delivery::outbox::{
     Relay, Relayer, SqliteStore, Status, Store, StoredRecord,
 };
 use delivery::testing::{MemorySink, SinkFailure};
-use delivery::{Backoff, ReasonKind, UnitId};
+use delivery::{UnitId, disposition::Backoff, disposition::ReasonKind};
 use sqlx::AssertSqlSafe;
 
 fn database_url() -> String {

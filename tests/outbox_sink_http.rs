@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use delivery::outbox::Record;
 use delivery::http::HttpSink;
+use delivery::outbox::Record;
 
 #[derive(Clone, Default)]
 struct Receiver {

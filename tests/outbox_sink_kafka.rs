@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use delivery::kafka::client as rdkafka;
 use delivery::kafka::{KafkaSink, MESSAGE_ID};
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer, SqliteStore, Status};
-use delivery::{Backoff, HandlerError, Receipt, State, relay};
+use delivery::{HandlerError, Receipt, State, disposition::Backoff, relay};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};

@@ -18,7 +18,7 @@ use delivery::outbox::{
     Store, StoredRecord,
 };
 use delivery::testing::{MemorySink, SinkFailure};
-use delivery::{Backoff, Stamp, UnitId};
+use delivery::{Stamp, UnitId, disposition::Backoff};
 use sqlx::AssertSqlSafe;
 
 fn database_url() -> String {

@@ -22,7 +22,8 @@ use axum::routing::post;
 use delivery::http::HttpSink;
 use delivery::outbox::{NewRecord, Outbox, PgStore, Record, RecordId, Relayer, Status};
 use delivery::{
-    Backoff, DeadLetters, HandlerError, ReasonKind, Receipt, State, Unit, UnitId, relay, webhook,
+    HandlerError, Receipt, State, Unit, UnitId, dead_letter::DeadLetters, disposition::Backoff,
+    disposition::ReasonKind, relay, webhook,
 };
 use sqlx::{AssertSqlSafe, PgPool};
 

@@ -37,7 +37,8 @@ use delivery::rabbitmq::{
 use delivery::redis::client::aio::ConnectionManager;
 use delivery::redis::{RedisConnector, RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{
-    Backoff, Consumer, DeliveryCount, HandlerError, Json, ReasonKind, Source, State, Unit, consumer,
+    Consumer, DeliveryCount, HandlerError, Json, State, Unit, consumer, disposition::Backoff,
+    disposition::ReasonKind, transport::Source,
 };
 use kafka_support::{brokers, declare, producer, record, send, unique_name};
 

@@ -15,7 +15,7 @@ mod rabbitmq;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use delivery::{DeadLetters, ReasonKind};
+use delivery::{dead_letter::DeadLetters, disposition::ReasonKind};
 use orders::{Env, by_id};
 use process::{Orders as _, order, terminate, wait_for};
 

@@ -18,7 +18,7 @@ use delivery::dead_letter::{DeadLetter, DeadLetters, Selection};
 use delivery::lapin::BasicProperties;
 use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
-use delivery::{ReasonKind, UnitId};
+use delivery::{UnitId, disposition::ReasonKind};
 use futures_util::future::join_all;
 use process::amqp_url;
 

@@ -18,7 +18,7 @@ use delivery::lapin::options::{BasicGetOptions, BasicRejectOptions};
 use delivery::lapin::types::{AMQPValue, FieldTable, LongString};
 use delivery::lapin::{BasicProperties, Connection};
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
-use delivery::{ReasonKind, UnitId};
+use delivery::{UnitId, disposition::ReasonKind};
 use process::amqp_url;
 
 /// Publishes `id` to the dead-letter queue as the consumer records a rejected unit.

@@ -24,7 +24,7 @@ use std::fs::File;
 use std::process::Command;
 use std::time::Duration;
 
-use delivery::DeadLetters;
+use delivery::dead_letter::DeadLetters;
 use orders::Env;
 use process::{Orders as _, order, terminate, wait_for};
 

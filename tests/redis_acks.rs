@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use delivery::redis::{RedisHandle, RedisSource, RedisTopology};
-use delivery::{Disposition, Source, TransportError, Unit};
+use delivery::{Unit, disposition::Disposition, transport::Source, transport::TransportError};
 use futures_util::{FutureExt, StreamExt};
 use redis::Value;
 use redis::aio::ConnectionManager;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use delivery::dead_letter::DeadLetters;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{
-    Consumer, Disposition, HandlerError, ReasonKind, Source, State, Unit, UnitId, consumer,
+    Consumer, HandlerError, State, Unit, UnitId, consumer, disposition::Disposition,
+    disposition::ReasonKind, transport::Source,
 };
 use redis::Value;
 use redis::aio::ConnectionManager;

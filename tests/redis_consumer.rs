@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use delivery::dead_letter::DeadLetters;
-use delivery::{ReasonKind, UnitId};
+use delivery::{UnitId, disposition::ReasonKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_applies_orders_once_and_dead_letters_poison() {

@@ -9,7 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use delivery::dead_letter::{DeadLetters, Selection};
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{DeadLetterReason, Disposition, Headers, ReasonKind, Source, Unit, UnitId};
+use delivery::{
+    Headers, Unit, UnitId, disposition::DeadLetterReason, disposition::Disposition,
+    disposition::ReasonKind, transport::Source,
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis::Value;
 

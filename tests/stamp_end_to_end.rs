@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delivery::dead_letter::{DeadLetters, Selection};
-use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer};
+use delivery::rabbitmq::RabbitSink;
 use delivery::rabbitmq::{RabbitDeadLetters, RabbitSource, RabbitTopology};
 use delivery::store::postgres;
 use delivery::{Consumer, HandlerError, Json, Receipt, Stamp, State, UnitId};

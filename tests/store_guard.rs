@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use delivery::memory::MemoryBroker;
 use delivery::store::{postgres, sqlite};
-use delivery::{Backoff, Consumer, HandlerError, Json, ReasonKind, Stamp, State, Unit};
+use delivery::{
+    Consumer, HandlerError, Json, Stamp, State, Unit, disposition::Backoff, disposition::ReasonKind,
+};
 use sqlx::{PgPool, SqlitePool};
 
 fn database_url() -> String {

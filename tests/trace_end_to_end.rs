@@ -16,8 +16,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delivery::rabbitmq::RabbitSink;
 use delivery::outbox::{NewRecord, Outbox, Record, Relayer};
+use delivery::rabbitmq::RabbitSink;
 use delivery::rabbitmq::{RabbitSource, RabbitTopology};
 use delivery::{Consumer, HandlerError, Json, Receipt, State};
 use opentelemetry::trace::TracerProvider as _;

@@ -83,7 +83,7 @@ async fn each_unit_runs_in_a_span_with_the_messaging_fields() {
     broker.publish("orders", Unit::new("m-2", "{}"));
     let report = Consumer::new(broker.consume("orders"))
         .concurrency(1)
-        .backoff(delivery::Backoff::none())
+        .backoff(delivery::disposition::Backoff::none())
         .shutdown_on(broker.idle("orders"))
         .run(flaky)
         .await;

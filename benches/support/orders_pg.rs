@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use delivery::{Handler, Outcome, Stamp, Unit};
+use delivery::{Stamp, Unit, disposition::Outcome, handler::Handler};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::Notify;
@@ -80,7 +80,7 @@ impl Handler<orders::App> for Counted {
 /// `source` drained of its `n` orders by a `Consumer` at `concurrency` running the example's
 /// handler ([`Counted`]), measured from the consumer's start to the last unit settled; then every
 /// order checked applied once.
-pub async fn drain<Src: delivery::Source>(
+pub async fn drain<Src: delivery::transport::Source>(
     source: Src,
     pg: &Schema,
     n: u64,

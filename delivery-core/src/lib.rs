@@ -40,9 +40,9 @@
 pub mod consumer;
 pub mod dead_letter;
 pub mod disposition;
-mod error;
+pub mod error;
 pub mod extract;
-mod handler;
+pub mod handler;
 pub mod headers;
 pub mod health;
 pub mod marker;
@@ -76,9 +76,6 @@ pub use transport::{Settle, Source, TransportError, TransportErrorKind};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
 /// The RabbitMQ client, re-exported so its version always matches this crate's.
-
-/// The NATS client, re-exported so its version always matches this crate's.
-
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Subcommand};
 use delivery::dead_letter::{Cursor, DeadLetter, DeadLetters, Selection};
-use delivery::{ReasonKind, TransportError, UnitId};
+use delivery::{UnitId, disposition::ReasonKind, transport::TransportError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use delivery::ReasonKind;
 use delivery::dead_letter::DeadLetter;
+use delivery::disposition::ReasonKind;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 

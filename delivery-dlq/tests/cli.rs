@@ -34,7 +34,7 @@ use delivery::outbox::{
 };
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology};
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::{Consumer, HandlerError, Headers, Settle, Source, Unit};
+use delivery::{Consumer, HandlerError, Headers, Unit, transport::Settle, transport::Source};
 use serde_json::Value;
 use sha2::Digest as _;
 

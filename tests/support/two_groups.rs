@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use delivery::dead_letter::{DeadLetters, Selection};
-use delivery::{Consumer, HandlerError, Source, State, UnitId, consumer};
+use delivery::{Consumer, HandlerError, State, UnitId, consumer, transport::Source};
 
 /// How many times each unit was applied.
 #[derive(Clone, Default)]

@@ -1,5 +1,5 @@
 // Rule 1 (clock parameter), reach: any `Clock` trait object, here `Arc<dyn Clock>` in the state.
-use delivery::{Clock, HandlerError, Json, State, consumer};
+use delivery::{marker::Clock, HandlerError, Json, State, consumer};
 use std::sync::Arc;
 
 #[consumer]

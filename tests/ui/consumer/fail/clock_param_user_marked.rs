@@ -1,11 +1,11 @@
-// Rule 1 (clock parameter), reach: a user type declared a clock with `impl delivery::Clock`,
+// Rule 1 (clock parameter), reach: a user type declared a clock with `impl delivery::marker::Clock`,
 // taken through `State`. Nothing in the tokens says "clock"; the marker trait does.
 use delivery::{HandlerError, Json, State, consumer};
 
 #[derive(Clone, Default)]
 struct WallClock;
 
-impl delivery::Clock for WallClock {}
+impl delivery::marker::Clock for WallClock {}
 
 #[consumer]
 async fn record(

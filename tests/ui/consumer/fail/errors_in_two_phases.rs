@@ -6,7 +6,7 @@ use uuid::Uuid;
 #[derive(Clone, Default)]
 struct WallClock;
 
-impl delivery::Clock for WallClock {}
+impl delivery::marker::Clock for WallClock {}
 
 #[consumer]
 async fn record(

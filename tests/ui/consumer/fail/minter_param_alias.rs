@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 struct OrderNumbers;
 
-impl delivery::Minter for OrderNumbers {}
+impl delivery::marker::Minter for OrderNumbers {}
 
 type Numbers = Arc<OrderNumbers>;
 

@@ -1,11 +1,11 @@
-// Rule 2 (minter parameter), reach: a user type declared a minter with `impl delivery::Minter`,
+// Rule 2 (minter parameter), reach: a user type declared a minter with `impl delivery::marker::Minter`,
 // taken through `State`.
 use delivery::{HandlerError, Json, State, consumer};
 
 #[derive(Clone, Default)]
 struct OrderNumbers;
 
-impl delivery::Minter for OrderNumbers {}
+impl delivery::marker::Minter for OrderNumbers {}
 
 #[consumer]
 async fn record(

@@ -1,7 +1,7 @@
 // Pass: `#[consumer(state = App)]` with the user's own extractor implementing `FromUnit<App>`
 // (a tenant resolved from a header and the shared state), and no `State<..>` parameter.
 use delivery::memory::MemoryBroker;
-use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, Unit, consumer};
+use delivery::{Consumer, extract::FromUnit, HandlerError, Json, extract::Malformed, Unit, consumer};
 use std::collections::HashMap;
 use std::sync::Arc;
 

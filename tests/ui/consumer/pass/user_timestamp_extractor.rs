@@ -1,7 +1,7 @@
 // A user's own extractor named `Timestamp`, read from a header, is deterministic and allowed: a
 // bare `Timestamp` is not taken for jiff's (and `Timestamp::now()` in a body is still refused).
 use delivery::memory::MemoryBroker;
-use delivery::{Consumer, FromUnit, HandlerError, Json, Malformed, Unit, consumer};
+use delivery::{Consumer, extract::FromUnit, HandlerError, Json, extract::Malformed, Unit, consumer};
 
 /// The producer's event time, from the `x-event-time` header (epoch millis).
 struct Timestamp(u64);

@@ -3,7 +3,7 @@
 // `IdGenerator` that derives ids from the unit, in the state. Parameters are refused by what a type
 // is (the marker traits), not by how it is spelled.
 use delivery::memory::MemoryBroker;
-use delivery::{Consumer, FromUnit, HandlerError, Malformed, State, Unit, UnitId, consumer};
+use delivery::{Consumer, extract::FromUnit, HandlerError, extract::Malformed, State, Unit, UnitId, consumer};
 use geo::Instant;
 
 mod billing {

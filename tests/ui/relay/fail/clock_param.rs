@@ -1,6 +1,6 @@
 // A clock is never a parameter of a relay function either.
 use delivery::testing::MemorySink;
-use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 
 #[relay]
 async fn announce(

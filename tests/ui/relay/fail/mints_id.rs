@@ -1,6 +1,6 @@
 // Rule 6: every attempt sends under the record's own id; minting one per attempt breaks dedup.
 use delivery::testing::MemorySink;
-use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 
 #[relay]
 async fn announce(

@@ -1,6 +1,6 @@
 // Rule 6 (and 3): a relay attempt must send what was written, not stamp it with its own time.
 use delivery::testing::MemorySink;
-use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 
 #[relay]
 async fn announce(

@@ -1,5 +1,5 @@
 // Rule 6: `true` is not a receipt.
-use delivery::{OutboxRecord, relay};
+use delivery::{outbox::OutboxRecord, relay};
 
 #[relay]
 async fn announce(record: OutboxRecord<serde_json::Value>) -> bool {

@@ -1,5 +1,5 @@
 // Rule 6: no return value at all.
-use delivery::{OutboxRecord, relay};
+use delivery::{outbox::OutboxRecord, relay};
 
 #[relay]
 async fn announce(record: OutboxRecord<serde_json::Value>) {

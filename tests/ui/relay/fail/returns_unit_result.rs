@@ -1,5 +1,5 @@
 // Rule 6: a relay function that does not return the sink's receipt proves nothing.
-use delivery::{HandlerError, OutboxRecord, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, relay};
 
 #[derive(serde::Deserialize)]
 struct OrderPlaced {

@@ -1,6 +1,6 @@
 // `?` on an ordinary error before the send: a retry.
 use delivery::testing::MemorySink;
-use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 
 #[derive(serde::Deserialize)]
 struct Invoice {

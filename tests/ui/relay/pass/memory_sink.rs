@@ -1,7 +1,7 @@
 // The shape every relay function has: the record in, the sink's receipt out.
 use delivery::testing::MemorySink;
 use delivery::outbox::{FromRecord, Record, Relay};
-use delivery::{HandlerError, OutboxRecord, Receipt, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, State, relay};
 
 #[derive(serde::Deserialize)]
 struct OrderPlaced {

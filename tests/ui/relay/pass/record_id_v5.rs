@@ -1,7 +1,7 @@
 // The record's id is a parameter, and an id derived from it deterministically (UUIDv5) is allowed;
 // the sink's own error (`HandlerError`, retry or reject as the receiver answered) passes through.
 use delivery::testing::MemorySink;
-use delivery::{HandlerError, OutboxRecord, Receipt, RecordId, State, relay};
+use delivery::{HandlerError, outbox::OutboxRecord, Receipt, outbox::RecordId, State, relay};
 
 #[derive(Clone)]
 struct App {
