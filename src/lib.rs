@@ -115,8 +115,15 @@ pub use delivery_core::{
     offset, testing, trace, transport, unit,
 };
 
+/// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]
-pub use delivery_core::__private;
+pub mod __private {
+    pub use delivery_core::__private::*;
+
+    /// The transports' probes of their clients' acknowledgement handles (lapin's `Acker`).
+    #[cfg(feature = "lapin")]
+    pub use delivery_rabbitmq::marker as transport_probe;
+}
 
 /// RabbitMQ (feature `lapin`): the crate [`delivery_rabbitmq`].
 #[cfg(feature = "lapin")]

@@ -37,6 +37,7 @@ impl Fixture for Memory {
 async fn the_in_memory_broker_passes_the_conformance_suite() {
     let memory = Memory(MemoryBroker::new());
     conformance::run_all(&memory).await;
+    #[cfg(feature = "admin")]
     conformance::operates_the_dead_letter_in_the_console(
         &memory,
         delivery::admin::testing::console,

@@ -143,6 +143,7 @@ impl Fixture for JetStream {
 async fn nats_passes_the_conformance_suite() {
     let nats = JetStream::new().await;
     conformance::run_all(&nats).await;
+    #[cfg(feature = "admin")]
     conformance::operates_the_dead_letter_in_the_console(&nats, delivery::admin::testing::console)
         .await;
     nats.cleanup().await;

@@ -162,6 +162,7 @@ impl Fixture for Rabbit {
 async fn rabbitmq_passes_the_conformance_suite() {
     let rabbit = Rabbit::new().await;
     conformance::run_all(&rabbit).await;
+    #[cfg(feature = "admin")]
     conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
         delivery::admin::testing::console,
@@ -176,6 +177,7 @@ async fn rabbitmq_passes_the_conformance_suite() {
 async fn a_classic_queue_passes_the_conformance_suite() {
     let rabbit = Rabbit::classic().await;
     conformance::run_all(&rabbit).await;
+    #[cfg(feature = "admin")]
     conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
         delivery::admin::testing::console,

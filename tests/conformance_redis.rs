@@ -110,6 +110,7 @@ impl Fixture for Redis {
 async fn redis_passes_the_conformance_suite() {
     let redis = Redis::new().await;
     conformance::run_all(&redis).await;
+    #[cfg(feature = "admin")]
     conformance::operates_the_dead_letter_in_the_console(&redis, delivery::admin::testing::console)
         .await;
     redis.cleanup().await;

@@ -84,6 +84,7 @@ pub mod __private {
     pub use crate::extract::{FromUnit, Malformed};
     pub use crate::handler::{Handler, IntoOutcome};
     pub use crate::marker::probe;
+    pub use crate::marker::probe::no_transport as transport_probe;
     pub use crate::unit::Unit;
 
     /// Extracts one parameter, or ends the run as malformed.

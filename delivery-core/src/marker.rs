@@ -145,6 +145,11 @@ pub mod probe {
     pub struct MinterParameter<T: ?Sized>(PhantomData<T>);
     /// The probed parameter type `T` can acknowledge.
     pub struct AckHandleParameter<T: ?Sized>(PhantomData<T>);
+
+    impl<T: ?Sized> AckHandleParameter<T> {
+        /// What a transport crate's own probe of its client's handles returns for one.
+        pub const NEW: Self = AckHandleParameter(PhantomData);
+    }
     pub struct Allowed;
 
     pub trait ClockSpecific<T: ?Sized> {
@@ -185,6 +190,23 @@ pub mod probe {
         }
     }
     impl<T: ?Sized> AckFallback for &Probe<T> {}
+
+    /// The probe of a client's own acknowledgement handles, which a transport's crate marks
+    /// (lapin's `Acker` in delivery-rabbitmq): here none is marked; the `delivery` facade names
+    /// the transports' probes under their features.
+    pub mod no_transport {
+        use super::{AckHandleParameter, Allowed, Probe};
+
+        pub trait TransportAckSpecific<T: ?Sized> {
+            fn transport_ack_probe(&self) -> AckHandleParameter<T>;
+        }
+        pub trait TransportAckFallback {
+            fn transport_ack_probe(&self) -> Allowed {
+                Allowed
+            }
+        }
+        impl<T: ?Sized> TransportAckFallback for &Probe<T> {}
+    }
 
     #[diagnostic::on_unimplemented(
         message = "a handler must not take a clock: every delivery would write a different time (rule 3)",

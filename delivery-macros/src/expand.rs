@@ -149,10 +149,19 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
                 quote!(#private::probe::assert_not_ack_handle),
                 probe("ack_probe"),
             );
+            // A client's own acknowledgement handles (lapin's `Acker`), which the transport's
+            // crate marks: the facade names them under its features.
+            let transport_ack = span::call(
+                start,
+                end,
+                quote!(#private::probe::assert_not_ack_handle),
+                probe("transport_ack_probe"),
+            );
             quote! {
                 #clock
                 #minter;
                 #ack;
+                #transport_ack;
             }
         });
         let extractor = (state.is_none() || has_errors)
@@ -253,6 +262,7 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         #(#cfgs)*
         const _: () = {
             use #private::probe::{AckFallback as _, AckSpecific as _, ClockFallback as _, ClockSpecific as _, MinterFallback as _, MinterSpecific as _};
+            use #private::transport_probe::{TransportAckFallback as _, TransportAckSpecific as _};
 
             #[allow(dead_code, clippy::all)]
             fn __delivery_checks() {

@@ -52,6 +52,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+#[doc(hidden)]
+pub mod marker;
 mod acks;
 mod codec;
 mod dead_letter;
