@@ -546,13 +546,35 @@ pub use delivery_macros::relay;
 
 /// The README's examples, compiled (and run, unless marked `no_run`) as doc tests, so what a new
 /// user copies from it builds.
-#[cfg(all(
-    doctest,
-    feature = "axum",
-    feature = "admin",
-    feature = "lapin",
-    feature = "postgres",
-    feature = "http"
-))]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeExamples;
+// Every Rust block of every README compiles (and runs, unless `no_run`) as a doc test, with
+// every feature on (`scripts/test.sh`).
+macro_rules! readme_examples {
+    ($($name:ident = $path:literal),* $(,)?) => {$(
+        #[cfg(all(
+            doctest,
+            feature = "axum",
+            feature = "admin",
+            feature = "lapin",
+            feature = "redis",
+            feature = "nats",
+            feature = "kafka",
+            feature = "postgres",
+            feature = "sqlite",
+            feature = "http",
+            feature = "testing"
+        ))]
+        #[doc = include_str!($path)]
+        pub struct $name;
+    )*};
+}
+readme_examples!(
+    ReadmeExamples = "../README.md",
+    CoreReadmeExamples = "../delivery-core/README.md",
+    RabbitmqReadmeExamples = "../delivery-rabbitmq/README.md",
+    RedisReadmeExamples = "../delivery-redis/README.md",
+    NatsReadmeExamples = "../delivery-nats/README.md",
+    KafkaReadmeExamples = "../delivery-kafka/README.md",
+    AxumReadmeExamples = "../delivery-axum/README.md",
+    HttpReadmeExamples = "../delivery-http/README.md",
+    SqlReadmeExamples = "../delivery-sql/README.md",
+);

@@ -1,18 +1,16 @@
 //! The transport conformance suite against a real Kafka-protocol broker (tansu on
 //! 127.0.0.1:9092, or `KAFKA_BROKERS`). Fails, never skips, when the broker is unreachable.
-#![cfg(feature = "kafka")]
-
-#[path = "support/kafka.rs"]
+#[path = "../../tests/support/kafka.rs"]
 mod kafka_support;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use delivery::Unit;
+use delivery_core::unit::Unit;
 
-use delivery::kafka::client::producer::FutureProducer;
-use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery::testing::conformance::{self, Fixture};
+use delivery_kafka::client::producer::FutureProducer;
+use delivery_kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
+use delivery_core::testing::conformance::{self, Fixture};
 use kafka_support::{brokers, declare, producer_config, record, send};
 
 struct Kafka {
@@ -69,7 +67,7 @@ impl Fixture for Kafka {
 
     async fn publish(&self, name: &str, unit: Unit) {
         let topology = self.topology(name);
-        let headers = delivery::kafka::headers_of(&unit);
+        let headers = delivery_kafka::headers_of(&unit);
         send(
             &self.producer,
             record(
@@ -104,7 +102,6 @@ impl Fixture for Kafka {
 async fn kafka_passes_the_conformance_suite() {
     let kafka = Kafka::new();
     conformance::run_all(&kafka).await;
-    #[cfg(feature = "admin")]
-    conformance::operates_the_dead_letter_in_the_console(&kafka, delivery::admin::testing::console)
+        conformance::operates_the_dead_letter_in_the_console(&kafka, delivery_axum::admin::testing::console)
         .await;
 }

@@ -1,18 +1,16 @@
 //! The transport conformance suite against the real RabbitMQ (127.0.0.1:5672, or `AMQP_URL`).
 //! Fails, never skips, when the broker is unreachable.
-#![cfg(feature = "lapin")]
-
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use delivery::Unit;
-use delivery::lapin::BasicProperties;
-use delivery::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
-use delivery::lapin::types::FieldTable;
-use delivery::rabbitmq::{
+use delivery_core::unit::Unit;
+use delivery_rabbitmq::lapin::BasicProperties;
+use delivery_rabbitmq::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
+use delivery_rabbitmq::lapin::types::FieldTable;
+use delivery_rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
-use delivery::testing::conformance::{self, Fixture};
+use delivery_core::testing::conformance::{self, Fixture};
 
 fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
@@ -32,7 +30,7 @@ impl Rabbit {
         static RUN: AtomicU64 = AtomicU64::new(0);
         let url = amqp_url();
         // Fail loudly if the broker is not there.
-        let connection = delivery::rabbitmq::connect(&url).await.unwrap_or_else(|e| {
+        let connection = delivery_rabbitmq::connect(&url).await.unwrap_or_else(|e| {
             panic!("RabbitMQ unreachable at {url}: {e} (scripts/services.sh starts it)")
         });
         let _ = tokio::time::timeout(
@@ -70,7 +68,7 @@ impl Rabbit {
     }
 
     async fn delete(&self, topology: &RabbitTopology) {
-        let connection = delivery::rabbitmq::connect(&self.url).await.unwrap();
+        let connection = delivery_rabbitmq::connect(&self.url).await.unwrap();
         for queue in [topology.queue.clone(), topology.dead_letter_queue_name()] {
             let channel = connection.create_channel().await.unwrap();
             let _ = channel
@@ -116,14 +114,14 @@ impl Fixture for Rabbit {
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries_of(max_deliveries);
         self.delete(&topology).await;
-        delivery::rabbitmq::declare(&self.url, &topology)
+        delivery_rabbitmq::declare(&self.url, &topology)
             .await
             .unwrap();
         self.declared.lock().unwrap().push(topology);
     }
 
     async fn publish(&self, name: &str, unit: Unit) {
-        let properties = delivery::rabbitmq::properties_of(&unit);
+        let properties = delivery_rabbitmq::properties_of(&unit);
         self.publisher
             .publish(&self.topology(name).queue, unit.payload(), properties)
             .await
@@ -162,10 +160,9 @@ impl Fixture for Rabbit {
 async fn rabbitmq_passes_the_conformance_suite() {
     let rabbit = Rabbit::new().await;
     conformance::run_all(&rabbit).await;
-    #[cfg(feature = "admin")]
-    conformance::operates_the_dead_letter_in_the_console(
+        conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
-        delivery::admin::testing::console,
+        delivery_axum::admin::testing::console,
     )
     .await;
     rabbit.cleanup().await;
@@ -177,10 +174,9 @@ async fn rabbitmq_passes_the_conformance_suite() {
 async fn a_classic_queue_passes_the_conformance_suite() {
     let rabbit = Rabbit::classic().await;
     conformance::run_all(&rabbit).await;
-    #[cfg(feature = "admin")]
-    conformance::operates_the_dead_letter_in_the_console(
+        conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
-        delivery::admin::testing::console,
+        delivery_axum::admin::testing::console,
     )
     .await;
     rabbit.cleanup().await;
@@ -192,14 +188,14 @@ async fn redeclaring_with_a_different_limit_names_the_argument() {
     let rabbit = Rabbit::new().await;
     let topology = rabbit.topology("redeclare").delivery_limit(3);
     rabbit.delete(&topology).await;
-    delivery::rabbitmq::declare(&rabbit.url, &topology)
+    delivery_rabbitmq::declare(&rabbit.url, &topology)
         .await
         .unwrap();
     // Same arguments: fine.
-    delivery::rabbitmq::declare(&rabbit.url, &topology)
+    delivery_rabbitmq::declare(&rabbit.url, &topology)
         .await
         .unwrap();
-    let error = delivery::rabbitmq::declare(&rabbit.url, &topology.clone().delivery_limit(7))
+    let error = delivery_rabbitmq::declare(&rabbit.url, &topology.clone().delivery_limit(7))
         .await
         .unwrap_err();
     let error = error
@@ -218,14 +214,14 @@ async fn redeclaring_with_a_different_limit_names_the_argument() {
 /// delivery; the first delivery's count is 1 whatever the broker's header says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
-    use delivery::{transport::Settle, transport::Source};
+    use delivery_core::{transport::Settle, transport::Source};
     let rabbit = Rabbit::new().await;
     let topology = rabbit.topology("no-id");
     rabbit.delete(&topology).await;
-    delivery::rabbitmq::declare(&rabbit.url, &topology)
+    delivery_rabbitmq::declare(&rabbit.url, &topology)
         .await
         .unwrap();
-    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
+    let connection = delivery_rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     channel
         .basic_publish(
@@ -265,14 +261,14 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
 }
 
 /// Fails a first delivery, signalling each run.
-#[delivery::consumer]
+#[delivery_macros::consumer(crate = delivery_core)]
 async fn fails_first(
-    delivery::State(seen): delivery::State<std::sync::Arc<tokio::sync::Notify>>,
-    count: delivery::DeliveryCount,
-) -> Result<(), delivery::HandlerError> {
+    delivery_core::extract::State(seen): delivery_core::extract::State<std::sync::Arc<tokio::sync::Notify>>,
+    count: delivery_core::unit::DeliveryCount,
+) -> Result<(), delivery_core::HandlerError> {
     seen.notify_one();
     if count.get() == 1 {
-        return Err(delivery::HandlerError::retry("fails on its first delivery"));
+        return Err(delivery_core::HandlerError::retry("fails on its first delivery"));
     }
     Ok(())
 }
@@ -281,7 +277,7 @@ async fn fails_first(
 /// meanwhile, it gives the unit back before `run` returns — not after, not never — counts it once
 /// in the report, and the broker counts one delivery: the next consumer sees count 2.
 async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
-    use delivery::{Consumer, disposition::Backoff};
+    use delivery_core::{Consumer, disposition::Backoff};
     use std::sync::Arc;
     use std::time::Duration;
     let name = "held";
@@ -311,12 +307,12 @@ async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
     assert_eq!(report.returned, 1, "{report:?}");
     assert_eq!(report.acked + report.settle_failed, 0, "{report:?}");
     let topology = rabbit.topology(name);
-    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
+    let connection = delivery_rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     let ready = channel
         .queue_declare(
             topology.queue.as_str().into(),
-            delivery::lapin::options::QueueDeclareOptions {
+            delivery_rabbitmq::lapin::options::QueueDeclareOptions {
                 passive: true,
                 ..Default::default()
             },
@@ -344,14 +340,14 @@ async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
 }
 
 /// Applies only a second delivery.
-#[delivery::consumer]
+#[delivery_macros::consumer(crate = delivery_core)]
 async fn counts_second(
-    delivery::State(seen): delivery::State<std::sync::Arc<tokio::sync::Notify>>,
-    count: delivery::DeliveryCount,
-) -> Result<(), delivery::HandlerError> {
+    delivery_core::extract::State(seen): delivery_core::extract::State<std::sync::Arc<tokio::sync::Notify>>,
+    count: delivery_core::unit::DeliveryCount,
+) -> Result<(), delivery_core::HandlerError> {
     seen.notify_one();
     if count.get() != 2 {
-        return Err(delivery::HandlerError::reject(format!(
+        return Err(delivery_core::HandlerError::reject(format!(
             "delivery {count}, not 2"
         )));
     }
@@ -367,12 +363,12 @@ async fn a_held_return_is_given_back_at_shutdown_quorum_and_classic() {
 }
 
 /// Refuses every unit, counting the runs.
-#[delivery::consumer]
+#[delivery_macros::consumer(crate = delivery_core)]
 async fn refuses(
-    delivery::State(runs): delivery::State<std::sync::Arc<AtomicU64>>,
-) -> Result<(), delivery::HandlerError> {
+    delivery_core::extract::State(runs): delivery_core::extract::State<std::sync::Arc<AtomicU64>>,
+) -> Result<(), delivery_core::HandlerError> {
     runs.fetch_add(1, Ordering::SeqCst);
-    Err(delivery::HandlerError::reject("refused"))
+    Err(delivery_core::HandlerError::reject("refused"))
 }
 
 /// A dead letter that cannot take the unit (its queue deleted: the copy comes back unroutable)
@@ -380,13 +376,13 @@ async fn refuses(
 /// broker would deliver it again at once, and a consumer would spin on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_dead_letter_is_not_a_hot_loop() {
-    use delivery::Consumer;
+    use delivery_core::Consumer;
     use std::sync::Arc;
     use std::time::Duration;
     let rabbit = Rabbit::classic().await;
     rabbit.declare("no-dlq", 1000).await;
     let topology = rabbit.topology("no-dlq");
-    let connection = delivery::rabbitmq::connect(&rabbit.url).await.unwrap();
+    let connection = delivery_rabbitmq::connect(&rabbit.url).await.unwrap();
     let channel = connection.create_channel().await.unwrap();
     channel
         .queue_delete(
@@ -410,7 +406,7 @@ async fn a_failing_dead_letter_is_not_a_hot_loop() {
         let q = channel
             .queue_declare(
                 topology.queue.as_str().into(),
-                delivery::lapin::options::QueueDeclareOptions {
+                delivery_rabbitmq::lapin::options::QueueDeclareOptions {
                     passive: true,
                     ..Default::default()
                 },

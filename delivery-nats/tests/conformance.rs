@@ -1,15 +1,13 @@
 //! The transport conformance suite against the real NATS JetStream (127.0.0.1:4222, or
 //! `NATS_URL`). Fails, never skips, when the server is unreachable.
-#![cfg(feature = "nats")]
-
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use delivery::Unit;
-use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery::testing::conformance::{self, Fixture};
+use delivery_core::unit::Unit;
+use delivery_nats::{NatsDeadLetters, NatsSource, NatsTopology};
+use delivery_core::testing::conformance::{self, Fixture};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -99,7 +97,7 @@ impl Fixture for JetStream {
     /// once the window (100 ms here) has passed: a producer's retry after it.
     async fn publish(&self, name: &str, unit: Unit) {
         let topology = self.topology(name);
-        let headers = delivery::nats::headers_of(&unit);
+        let headers = delivery_nats::headers_of(&unit);
         for _ in 0..50 {
             let ack = self
                 .context
@@ -143,8 +141,7 @@ impl Fixture for JetStream {
 async fn nats_passes_the_conformance_suite() {
     let nats = JetStream::new().await;
     conformance::run_all(&nats).await;
-    #[cfg(feature = "admin")]
-    conformance::operates_the_dead_letter_in_the_console(&nats, delivery::admin::testing::console)
+        conformance::operates_the_dead_letter_in_the_console(&nats, delivery_axum::admin::testing::console)
         .await;
     nats.cleanup().await;
 }

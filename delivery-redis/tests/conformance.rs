@@ -1,14 +1,12 @@
 //! The transport conformance suite against the real Redis (127.0.0.1:6379, or `REDIS_URL`).
 //! Fails, never skips, when the server is unreachable.
-#![cfg(feature = "redis")]
-
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use delivery::Unit;
-use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery::testing::conformance::{self, Fixture};
+use delivery_core::unit::Unit;
+use delivery_redis::{RedisDeadLetters, RedisSource, RedisTopology};
+use delivery_core::testing::conformance::{self, Fixture};
 use redis::aio::ConnectionManager;
 
 fn redis_url() -> String {
@@ -26,7 +24,7 @@ impl Redis {
     async fn new() -> Self {
         static RUN: AtomicU64 = AtomicU64::new(0);
         let url = redis_url();
-        let connection = delivery::redis::connect(&url).await.unwrap_or_else(|e| {
+        let connection = delivery_redis::connect(&url).await.unwrap_or_else(|e| {
             panic!("Redis unreachable at {url}: {e} (scripts/services.sh starts it)")
         });
         Redis {
@@ -76,7 +74,7 @@ impl Fixture for Redis {
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries(max_deliveries);
         self.delete(&topology).await;
-        delivery::redis::declare(&self.url, &topology)
+        delivery_redis::declare(&self.url, &topology)
             .await
             .unwrap();
         self.declared.lock().unwrap().push(topology);
@@ -84,7 +82,7 @@ impl Fixture for Redis {
 
     async fn publish(&self, name: &str, unit: Unit) {
         let mut connection = self.connection.clone();
-        delivery::redis::publish(&mut connection, &self.topology(name).stream, &unit)
+        delivery_redis::publish(&mut connection, &self.topology(name).stream, &unit)
             .await
             .unwrap();
     }
@@ -110,8 +108,7 @@ impl Fixture for Redis {
 async fn redis_passes_the_conformance_suite() {
     let redis = Redis::new().await;
     conformance::run_all(&redis).await;
-    #[cfg(feature = "admin")]
-    conformance::operates_the_dead_letter_in_the_console(&redis, delivery::admin::testing::console)
+        conformance::operates_the_dead_letter_in_the_console(&redis, delivery_axum::admin::testing::console)
         .await;
     redis.cleanup().await;
 }
@@ -122,10 +119,10 @@ async fn declaring_is_idempotent_and_refuses_a_key_that_is_not_a_stream() {
     let redis = Redis::new().await;
     let topology = redis.topology("declare");
     redis.delete(&topology).await;
-    delivery::redis::declare(&redis.url, &topology)
+    delivery_redis::declare(&redis.url, &topology)
         .await
         .unwrap();
-    delivery::redis::declare(&redis.url, &topology)
+    delivery_redis::declare(&redis.url, &topology)
         .await
         .unwrap();
     let mut connection = redis.connection.clone();
@@ -135,7 +132,7 @@ async fn declaring_is_idempotent_and_refuses_a_key_that_is_not_a_stream() {
         .query_async(&mut connection)
         .await
         .unwrap();
-    let error = delivery::redis::declare(&redis.url, &topology.clone().consumer("x"))
+    let error = delivery_redis::declare(&redis.url, &topology.clone().consumer("x"))
         .await
         .unwrap_err();
     let text = error.to_string();
