@@ -1,4 +1,4 @@
--- The outbox table for PostgreSQL (delivery-core, rule 6 of the delivery spec).
+-- The outbox table for PostgreSQL (delivery-sql, rule 6 of the delivery spec).
 --
 -- `Outbox::migrate` / `PgStore::migrate` run this file with the placeholders replaced:
 --   {table}   the table, optionally schema-qualified (default `delivery_outbox`)
