@@ -10,15 +10,15 @@ use futures_util::StreamExt;
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{AssertSqlSafe, Row};
 
-use delivery_core::outbox::{Record, RecordId};
 use delivery_core::outbox::{
     Backlog, Claim, DeadRecords, Mark, Status, Store, StoredRecord, Wakeups, until_idle,
 };
+use delivery_core::outbox::{Record, RecordId};
 use delivery_core::transport::TransportError;
 
 use super::rows::{RETAIN_BATCH, in_batches};
-use crate::error::failed;
 use super::write::{Outbox, Table};
+use crate::error::failed;
 use delivery_core::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_postgres.sql");
@@ -251,15 +251,21 @@ impl Store for PgStore {
     }
 
     async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, TransportError> {
-        self.claim_sql(claim).await.map_err(failed("claiming records"))
+        self.claim_sql(claim)
+            .await
+            .map_err(failed("claiming records"))
     }
 
     async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, TransportError> {
-        self.mark_sql(owner, marks).await.map_err(failed("writing marks"))
+        self.mark_sql(owner, marks)
+            .await
+            .map_err(failed("writing marks"))
     }
 
     async fn backlog(&self) -> Result<Backlog, TransportError> {
-        self.backlog_sql().await.map_err(failed("reading the backlog"))
+        self.backlog_sql()
+            .await
+            .map_err(failed("reading the backlog"))
     }
 
     async fn wakeups(&self) -> Option<Wakeups> {
@@ -284,7 +290,9 @@ impl Store for PgStore {
 /// is the record's `seq`.
 impl DeadRecords for PgStore {
     async fn count_dead(&self) -> Result<u64, TransportError> {
-        self.count_dead_sql().await.map_err(failed("counting dead records"))
+        self.count_dead_sql()
+            .await
+            .map_err(failed("counting dead records"))
     }
 
     async fn dead_after(
@@ -292,20 +300,29 @@ impl DeadRecords for PgStore {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(i64, StoredRecord)>, TransportError> {
-        self.dead_after_sql(after, limit).await.map_err(failed("listing dead records"))
+        self.dead_after_sql(after, limit)
+            .await
+            .map_err(failed("listing dead records"))
     }
 
     /// Pending again under the same id, attempts back to 0, available now (the last error stays
     /// for reference); relays are woken.
-    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, TransportError> {
-        self.requeue_dead_sql(ids).await.map_err(failed("requeueing dead records"))
+    async fn requeue_dead(
+        &self,
+        ids: Option<&[RecordId]>,
+    ) -> Result<Vec<RecordId>, TransportError> {
+        self.requeue_dead_sql(ids)
+            .await
+            .map_err(failed("requeueing dead records"))
     }
 
     async fn dead_payload(
         &self,
         id: &RecordId,
     ) -> Result<Option<(bytes::Bytes, delivery_core::unit::Headers)>, TransportError> {
-        self.dead_payload_sql(id).await.map_err(failed("reading a dead record"))
+        self.dead_payload_sql(id)
+            .await
+            .map_err(failed("reading a dead record"))
     }
 
     /// Pending again as `requeue_dead` makes it, with the new payload and headers; relays are
@@ -317,11 +334,15 @@ impl DeadRecords for PgStore {
         payload: &[u8],
         headers: &delivery_core::unit::Headers,
     ) -> Result<bool, TransportError> {
-        self.requeue_dead_edited_sql(id, original, payload, headers).await.map_err(failed("requeueing an edited dead record"))
+        self.requeue_dead_edited_sql(id, original, payload, headers)
+            .await
+            .map_err(failed("requeueing an edited dead record"))
     }
 
     async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, TransportError> {
-        self.delete_dead_sql(ids).await.map_err(failed("deleting dead records"))
+        self.delete_dead_sql(ids)
+            .await
+            .map_err(failed("deleting dead records"))
     }
 }
 
@@ -430,7 +451,10 @@ impl PgStore {
             .collect()
     }
 
-    async fn requeue_dead_sql(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
+    async fn requeue_dead_sql(
+        &self,
+        ids: Option<&[RecordId]>,
+    ) -> Result<Vec<RecordId>, sqlx::Error> {
         let ids: Option<Vec<&str>> = ids.map(|ids| ids.iter().map(RecordId::as_str).collect());
         let sql = format!(
             "WITH requeued AS ( \
