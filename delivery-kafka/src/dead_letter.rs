@@ -14,7 +14,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::topology::KafkaTopology;
-use delivery_core::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
+use delivery_core::dead_letter::{
+    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+};
 use delivery_core::disposition::ReasonKind;
 use delivery_core::transport::TransportError;
 use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
@@ -95,10 +97,14 @@ impl KafkaDeadLetters {
     /// until the returned task is aborted.
     pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
-        delivery_core::transport::watch_depth(self.reader.dead_letter_topic.clone(), every, move || {
-            let this = this.clone();
-            async move { DeadLetters::count(&this).await }
-        })
+        delivery_core::transport::watch_depth(
+            self.reader.dead_letter_topic.clone(),
+            every,
+            move || {
+                let this = this.clone();
+                async move { DeadLetters::count(&this).await }
+            },
+        )
     }
 
     /// Runs `read` with a reader of the brokers, off the async runtime.
@@ -128,11 +134,15 @@ impl KafkaDeadLetters {
                 delivery_core::headers::DELIVERY_COUNT => {
                     carried_count = text.and_then(|t| t.parse::<u32>().ok());
                 }
-                delivery_core::headers::DEAD_LETTER_REASON => reason = text.and_then(ReasonKind::parse),
+                delivery_core::headers::DEAD_LETTER_REASON => {
+                    reason = text.and_then(ReasonKind::parse)
+                }
                 delivery_core::headers::DEAD_LETTER_DETAIL => {
                     detail = String::from_utf8_lossy(value).into_owned();
                 }
-                delivery_core::headers::DEAD_LETTER_SOURCE_TOPIC => source = text.map(str::to_owned),
+                delivery_core::headers::DEAD_LETTER_SOURCE_TOPIC => {
+                    source = text.map(str::to_owned)
+                }
                 delivery_core::headers::DEAD_LETTER_SOURCE_OFFSET => {
                     origin_offset = text.and_then(|t| t.parse::<u64>().ok());
                 }
@@ -242,7 +252,8 @@ impl KafkaDeadLetters {
         edit: Option<&Bytes>,
     ) -> Result<(), TransportError> {
         let mut out = OwnedHeaders::new_with_capacity(stored.headers.len() + 7);
-        let kept = |name: &str| is_own(name) && !(edit.is_some() && delivery_core::headers::is_edit(name));
+        let kept =
+            |name: &str| is_own(name) && !(edit.is_some() && delivery_core::headers::is_edit(name));
         for (name, value) in stored.headers.iter().filter(|(name, _)| kept(name)) {
             out = out.insert(Header {
                 key: name.as_str(),
@@ -344,7 +355,9 @@ impl DeadLetters for KafkaDeadLetters {
     async fn list(&self, limit: usize, after: Option<&Cursor>) -> Result<Listing, TransportError> {
         let from = match after {
             None => None,
-            Some(cursor) => Some(delivery_core::transport::parse_cursor::<Position>(cursor)?.next()),
+            Some(cursor) => {
+                Some(delivery_core::transport::parse_cursor::<Position>(cursor)?.next())
+            }
         };
         let (stored, more) = self
             .reading(move |reader| {
