@@ -11,15 +11,14 @@ use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{AssertSqlSafe, Row};
 
 use delivery_core::outbox::{
-    Backlog, Claim, DeadRecords, Mark, Status, Store, StoredRecord, Wakeups, until_idle,
+    Backlog, Claim, DeadRecords, Mark, Store, StoredRecord, Wakeups, until_idle,
 };
 use delivery_core::outbox::{Record, RecordId};
 use delivery_core::transport::TransportError;
 
-use super::rows::{RETAIN_BATCH, in_batches};
+use super::rows::{self, RETAIN_BATCH, in_batches};
 use super::write::{Outbox, Table};
 use crate::error::failed;
-use delivery_core::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_postgres.sql");
 
@@ -233,15 +232,7 @@ impl PgStore {
 }
 
 fn stored(row: &sqlx::postgres::PgRow) -> Result<StoredRecord, sqlx::Error> {
-    Ok(StoredRecord {
-        id: RecordId::new(row.try_get::<String, _>("id")?),
-        topic: row.try_get("topic")?,
-        key: row.try_get("key")?,
-        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
-        status: Status::parse(row.try_get("status")?),
-        attempts: row.try_get::<i32, _>("attempts")?.max(0) as u32,
-        last_error: row.try_get("last_error")?,
-    })
+    rows::stored::<_, i32>(row)
 }
 
 impl Store for PgStore {
@@ -368,20 +359,7 @@ impl PgStore {
             .await?;
         let mut claimed = rows
             .iter()
-            .map(|row| {
-                let record = Record::new(
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<String, _>(1)?,
-                    row.try_get::<Option<String>, _>(2)?,
-                    row.try_get::<Vec<u8>, _>(3)?,
-                    row.try_get::<i32, _>(4)?.max(0) as u32,
-                );
-                let order = row.try_get::<i64, _>(5)?;
-                let headers = row.try_get::<Option<String>, _>(6)?;
-                let record =
-                    record.with_headers(super::rows::headers_from_column(headers.as_deref()));
-                Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
-            })
+            .map(rows::claimed::<_, i32>)
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
         // RETURNING promises no order: hand them out oldest first.
         claimed.sort_unstable_by_key(|(seq, _)| *seq);

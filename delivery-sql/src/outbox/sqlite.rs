@@ -10,15 +10,14 @@ use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Row};
 
 use delivery_core::outbox::{
-    Backlog, Claim, DeadRecords, Mark, Status, Store, StoredRecord, Wakeups, until_idle,
+    Backlog, Claim, DeadRecords, Mark, Store, StoredRecord, Wakeups, until_idle,
 };
 use delivery_core::outbox::{Record, RecordId};
 use delivery_core::transport::TransportError;
 
-use super::rows::{RETAIN_BATCH, in_batches};
+use super::rows::{self, RETAIN_BATCH, in_batches};
 use super::write::{Outbox, Table};
 use crate::error::failed;
-use delivery_core::unit::Stamp;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_sqlite.sql");
 
@@ -262,15 +261,7 @@ impl SqliteStore {
 }
 
 fn stored(row: &sqlx::sqlite::SqliteRow) -> Result<StoredRecord, sqlx::Error> {
-    Ok(StoredRecord {
-        id: RecordId::new(row.try_get::<String, _>("id")?),
-        topic: row.try_get("topic")?,
-        key: row.try_get("key")?,
-        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
-        status: Status::parse(row.try_get("status")?),
-        attempts: row.try_get::<i64, _>("attempts")?.clamp(0, u32::MAX.into()) as u32,
-        last_error: row.try_get("last_error")?,
-    })
+    rows::stored::<_, i64>(row)
 }
 
 impl Store for SqliteStore {
@@ -383,20 +374,7 @@ impl SqliteStore {
             .await?;
         let mut claimed = rows
             .iter()
-            .map(|row| {
-                let record = Record::new(
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<String, _>(1)?,
-                    row.try_get::<Option<String>, _>(2)?,
-                    row.try_get::<Vec<u8>, _>(3)?,
-                    row.try_get::<i64, _>(4)?.clamp(0, u32::MAX.into()) as u32,
-                );
-                let order = row.try_get::<i64, _>(5)?;
-                let headers = row.try_get::<Option<String>, _>(6)?;
-                let record =
-                    record.with_headers(super::rows::headers_from_column(headers.as_deref()));
-                Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
-            })
+            .map(rows::claimed::<_, i64>)
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
         // RETURNING promises no order: hand them out oldest first.
         claimed.sort_unstable_by_key(|(seq, _)| *seq);
