@@ -150,11 +150,7 @@ impl Reader {
     }
 
     /// The partitions of `topic`, in order; none if the topic does not exist.
-    fn partitions(
-        &self,
-        consumer: &BaseConsumer,
-        topic: &str,
-    ) -> Result<Vec<i32>, TransportError> {
+    fn partitions(&self, consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>, TransportError> {
         let metadata = consumer
             .fetch_metadata(Some(topic), TIMEOUT)
             .map_err(|e| crate::error::transport_error("reading a topic's metadata", e))?;
