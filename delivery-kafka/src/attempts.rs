@@ -15,8 +15,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use super::book::lock;
-use super::source::{Log, Partition};
+use crate::lock::lock;
+use crate::partition::{Log, Partition};
 use delivery_core::transport::TransportError;
 
 /// How long reading the last record waits for the brokers before it fails.
@@ -94,7 +94,12 @@ impl Attempts {
                     break Ok(message.payload().and_then(Attempt::decode));
                 }
                 Some(Ok(_)) => {}
-                Some(Err(e)) => break Err(crate::error::transport_error("reading the attempts topic", e)),
+                Some(Err(e)) => {
+                    break Err(crate::error::transport_error(
+                        "reading the attempts topic",
+                        e,
+                    ));
+                }
                 None if Instant::now() >= deadline => {
                     break Err(TransportError::msg(
                         "reading the attempts topic",
@@ -153,7 +158,9 @@ impl Attempts {
             .send(record, Duration::from_secs(10))
             .await
             .map(|_| ())
-            .map_err(|(e, _)| crate::error::transport_error("recording a delivery in the attempts topic", e))
+            .map_err(|(e, _)| {
+                crate::error::transport_error("recording a delivery in the attempts topic", e)
+            })
     }
 }
 

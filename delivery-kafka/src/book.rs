@@ -1,16 +1,19 @@
 //! The commit book: where Kafka offsets are committed, and the only place (rule 1: never past a
-//! unit whose disposition is not final).
+//! unit whose disposition is not final) — and the consumer's context, whose revocation commits
+//! through it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use delivery_core::offset::{OffsetError, Watermarks};
 use delivery_core::transport::TransportError;
 
-use super::source::{Context, Log, Partition};
+use crate::lock::lock;
+use crate::partition::{Log, Partition};
 
 /// The commit book: the watermark of every assigned partition, and which assignment each belongs
 /// to. Offsets are committed only here (`commit_owed`), never past a unit that is not final.
@@ -21,7 +24,7 @@ pub(super) struct Book {
     pub(super) topic: Arc<str>,
     pub(super) retry_topic: Arc<str>,
     /// The crash-loop count's records, and the producer that writes them.
-    pub(super) attempts: super::attempts::Attempts,
+    pub(super) attempts: crate::attempts::Attempts,
     pub(super) producer: rdkafka::producer::FutureProducer,
     /// Woken when a unit handed out alone (`BookState::alone`) is final.
     pub(super) alone_done: tokio::sync::Notify,
@@ -71,13 +74,6 @@ impl BookState {
         }
         revoked
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update under these locks is a single step; a panic elsewhere leaves them consistent.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Book {
@@ -262,6 +258,73 @@ impl Book {
             }
             // The new owner starts from the last commit: units are read again, never skipped.
             Err(error) => tracing::warn!(%error, "committing revoked partitions failed"),
+        }
+    }
+}
+
+/// The consumer's context: commits on revocation, and keeps newly assigned retry-topic partitions
+/// paused or running as the source wants them.
+///
+/// Its callbacks run inside the consumer's poll, so within [`KafkaSource::receive`](crate::source::KafkaSource) (or when the
+/// consumer is dropped), never concurrently with the source's own pausing and resuming.
+pub(crate) struct Context {
+    pub(crate) book: Arc<Book>,
+    /// The source holds its retry-topic partitions paused (it holds `max_waiting` units).
+    pub(crate) retry_paused: AtomicBool,
+    /// Partitions were revoked since the source last looked: units it holds of them are stale.
+    pub(crate) revoked: AtomicBool,
+    /// The keeper holds every assigned partition paused (see [`crate::keeper`]).
+    pub(super) held: AtomicBool,
+}
+
+impl ClientContext for Context {}
+
+impl ConsumerContext for Context {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(list) => {
+                self.book.revoke(consumer, list);
+                self.revoked.store(true, Ordering::Relaxed);
+            }
+            Rebalance::Assign(list) => {
+                tracing::info!(assigned = list.count(), "partitions assigned")
+            }
+            Rebalance::Error(error) => tracing::warn!(%error, "rebalance failed"),
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Assign(list) = rebalance else {
+            return;
+        };
+        // Assigned while the keeper holds every partition paused: paused before it is fetched,
+        // and resumed with the rest when the source takes the poll back.
+        if self.held.load(Ordering::Relaxed) {
+            if let Err(error) = consumer.pause(list) {
+                tracing::warn!(%error, "pausing newly assigned partitions failed");
+            }
+            return;
+        }
+        // A partition assigned while the source holds back the retry topic is paused before it is
+        // fetched. Every other one is resumed: librdkafka keeps an application's pause on a
+        // partition across its revocation and a later assignment (the keeper's, the retry
+        // topic's, a partition read alone), and nothing else would lift it.
+        let paused = self.retry_paused.load(Ordering::Relaxed);
+        let retry = self.book.retry_partitions(list);
+        if paused
+            && retry.count() > 0
+            && let Err(error) = consumer.pause(&retry)
+        {
+            tracing::warn!(%error, "pausing newly assigned retry partitions failed");
+        }
+        let mut running = rdkafka::TopicPartitionList::new();
+        for element in list.elements() {
+            if !(paused && element.topic() == &*self.book.retry_topic) {
+                running.add_partition(element.topic(), element.partition());
+            }
+        }
+        if let Err(error) = consumer.resume(&running) {
+            tracing::warn!(%error, "resuming newly assigned partitions failed");
         }
     }
 }

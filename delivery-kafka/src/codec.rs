@@ -1,8 +1,8 @@
 //! The wire format of a Kafka record: the unit's id, headers, carried count, due time and
 //! origin, read from its headers.
 
-use delivery_core::unit::{Headers, Stamp, UnitId};
 use bytes::Bytes;
+use delivery_core::unit::{Headers, Stamp, UnitId};
 use rdkafka::Message;
 use rdkafka::message::{BorrowedMessage, Headers as _};
 
@@ -42,8 +42,10 @@ impl Read {
         let key = message.key().filter(|key| !key.is_empty());
         let Some(headers) = message.headers() else {
             if let Some(key) = key {
-                read.headers =
-                    Headers::from_pairs([(delivery_core::headers::KEY, Bytes::copy_from_slice(key))]);
+                read.headers = Headers::from_pairs([(
+                    delivery_core::headers::KEY,
+                    Bytes::copy_from_slice(key),
+                )]);
             }
             return read;
         };
@@ -59,10 +61,14 @@ impl Read {
                 delivery_core::headers::DELIVERY_COUNT => {
                     read.count = text.and_then(|t| t.parse().ok()).filter(|&n| n > 0);
                 }
-                delivery_core::headers::STAMP => read.stamp = Some(delivery_core::headers::parse_stamp(value)),
+                delivery_core::headers::STAMP => {
+                    read.stamp = Some(delivery_core::headers::parse_stamp(value))
+                }
                 delivery_core::headers::DUE_MS => read.due_ms = text.and_then(|t| t.parse().ok()),
                 delivery_core::headers::ORIGIN_TOPIC => topic = text.map(str::to_owned),
-                delivery_core::headers::ORIGIN_PARTITION => partition = text.and_then(|t| t.parse().ok()),
+                delivery_core::headers::ORIGIN_PARTITION => {
+                    partition = text.and_then(|t| t.parse().ok())
+                }
                 delivery_core::headers::ORIGIN_OFFSET => offset = text.and_then(|t| t.parse().ok()),
                 name if delivery_core::headers::is_bookkeeping(name) => {}
                 name => own.push((name.to_owned(), Bytes::copy_from_slice(value))),
@@ -76,9 +82,14 @@ impl Read {
             });
         }
         if let Some(key) = key
-            && !own.iter().any(|(name, _)| name == delivery_core::headers::KEY)
+            && !own
+                .iter()
+                .any(|(name, _)| name == delivery_core::headers::KEY)
         {
-            own.push((delivery_core::headers::KEY.to_owned(), Bytes::copy_from_slice(key)));
+            own.push((
+                delivery_core::headers::KEY.to_owned(),
+                Bytes::copy_from_slice(key),
+            ));
         }
         if !own.is_empty() {
             read.headers = Headers::from_pairs(own);

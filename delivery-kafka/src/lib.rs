@@ -141,14 +141,20 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod error;
+mod admit;
 mod attempts;
 mod book;
 mod codec;
+mod config;
 mod dead_letter;
+mod error;
 mod keeper;
+mod keeper_task;
+mod lock;
+mod partition;
 mod publish;
 mod settle;
+mod shared;
 mod sink;
 mod source;
 mod topology;
@@ -163,52 +169,3 @@ pub use topology::KafkaTopology;
 /// The Kafka client (crate `rdkafka`), re-exported so its version always matches the one this
 /// transport is built with.
 pub use ::rdkafka as client;
-
-use rdkafka::ClientConfig;
-
-/// A client configuration for `brokers` with what every client of this module shares: the
-/// user's common properties ([`KafkaTopology::client`], which [`KafkaTopology::with_client_config`]
-/// fills from the user's own `ClientConfig`), then `bootstrap.servers`. The one place a client's
-/// configuration starts — the consumer, the producers, the attempts reader, the admin client,
-/// the dead letter's reader and the relay's sink — each role setting its own keys over it.
-fn config(brokers: &str, common: &std::collections::BTreeMap<String, String>) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    for (key, value) in common {
-        config.set(key, value);
-    }
-    config.set("bootstrap.servers", brokers);
-    config
-}
-
-#[cfg(test)]
-mod tests {
-    use super::KafkaTopology;
-
-    /// Every client the transport builds starts from the topology's common properties: a setting
-    /// given once reaches the source's producer (returns, dead letters, redrives) and the
-    /// attempts reader too, which the public API cannot reach on their own.
-    #[test]
-    fn the_common_properties_reach_every_client() {
-        let topology = KafkaTopology::new("orders", "billing")
-            .client_property("client.id", "acme")
-            .client_property("socket.timeout.ms", "1234");
-        let config = topology.client_config("127.0.0.1:9092");
-        assert_eq!(config.get("client.id"), Some("acme"));
-        assert_eq!(config.get("socket.timeout.ms"), Some("1234"));
-        assert_eq!(config.get("bootstrap.servers"), Some("127.0.0.1:9092"));
-
-        let bad = topology.client_property("security.protocol", "carrier-pigeon");
-        let config = bad.client_config("127.0.0.1:9092");
-        let producer = super::publish::one_record_per_batch(config.clone())
-            .err()
-            .expect("the producer refuses the setting");
-        assert!(
-            producer.to_string().contains("security.protocol"),
-            "{producer}"
-        );
-        let reader = super::attempts::Attempts::new(bad.attempts_topic_name(), config)
-            .err()
-            .expect("the attempts reader refuses the setting");
-        assert!(reader.to_string().contains("security.protocol"), "{reader}");
-    }
-}

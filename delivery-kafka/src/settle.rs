@@ -2,18 +2,19 @@
 //! watermark), a republish to the retry topic with the carried count, and a confirmed copy to the
 //! dead-letter topic. `consumer::settle` decides when each runs.
 
+use bytes::Bytes;
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::Retry;
 use delivery_core::transport::{Settle, TransportError};
 use delivery_core::unit::{DeliveryCount, Unit};
-use bytes::Bytes;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::codec::Origin;
-use super::source::{Shared, Tracked};
+use crate::codec::Origin;
+use crate::partition::Tracked;
+use crate::shared::Shared;
 
 /// The handle of one unit delivered by a [`KafkaSource`](super::KafkaSource). Only the runtime holds it.
 ///
@@ -67,7 +68,10 @@ impl KafkaHandle {
         }
         headers
             .insert(text(delivery_core::headers::MESSAGE_ID, unit.id().as_str()))
-            .insert(text(delivery_core::headers::ORIGIN_TOPIC, &self.origin.topic))
+            .insert(text(
+                delivery_core::headers::ORIGIN_TOPIC,
+                &self.origin.topic,
+            ))
             .insert(text(
                 delivery_core::headers::ORIGIN_PARTITION,
                 &self.origin.partition.to_string(),
@@ -179,7 +183,10 @@ impl Settle for KafkaHandle {
                 delivery_core::headers::DEAD_LETTER_REASON,
                 reason.kind().as_str(),
             ))
-            .insert(text(delivery_core::headers::DEAD_LETTER_DETAIL, reason.detail()))
+            .insert(text(
+                delivery_core::headers::DEAD_LETTER_DETAIL,
+                reason.detail(),
+            ))
             .insert(text(
                 delivery_core::headers::DEAD_LETTER_SOURCE_TOPIC,
                 &self.origin.topic,
@@ -192,7 +199,10 @@ impl Settle for KafkaHandle {
                 delivery_core::headers::DEAD_LETTER_SOURCE_OFFSET,
                 &self.origin.offset.to_string(),
             ))
-            .insert(text(delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT, &count));
+            .insert(text(
+                delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT,
+                &count,
+            ));
         let topic = self.shared.dead_letter_topic.clone();
         self.publish(&topic, unit.payload(), headers).await
     }

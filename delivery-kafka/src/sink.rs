@@ -160,7 +160,10 @@ impl KafkaSink {
     /// producer is created now; it connects in the background, so an unreachable cluster is not
     /// an error here but a send that fails as a retry.
     pub fn new(bootstrap_servers: &str) -> Result<Self, TransportError> {
-        KafkaSink::with_config(super::config(bootstrap_servers, &Default::default()))
+        KafkaSink::with_config(crate::config::config(
+            bootstrap_servers,
+            &Default::default(),
+        ))
     }
 
     /// A sink producing to `bootstrap_servers` with the common client properties of `topology`
@@ -169,7 +172,7 @@ impl KafkaSink {
     /// [`with_config`](Self::with_config).
     pub fn from_topology(
         bootstrap_servers: &str,
-        topology: &super::KafkaTopology,
+        topology: &crate::topology::KafkaTopology,
     ) -> Result<Self, TransportError> {
         KafkaSink::with_config(topology.client_config(bootstrap_servers))
     }

@@ -305,7 +305,7 @@ impl KafkaTopology {
     /// A librdkafka configuration for `brokers` with the [`client`](Self::client) properties:
     /// what every client of this transport starts from.
     pub fn client_config(&self, brokers: &str) -> rdkafka::ClientConfig {
-        super::config(brokers, &self.client)
+        crate::config::config(brokers, &self.client)
     }
 
     /// Sets the partitions of the topics [`declare`](Self::declare) creates (at least 1).

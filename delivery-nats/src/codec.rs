@@ -119,9 +119,18 @@ pub(crate) fn dead_letter_headers(
         headers.insert(delivery_core::headers::STAMP, origin.sequence.to_string());
     }
     headers.insert(delivery_core::headers::DEAD_LETTER_REASON, origin.reason);
-    headers.insert(delivery_core::headers::DEAD_LETTER_DETAIL, text(origin.detail));
-    headers.insert(delivery_core::headers::DEAD_LETTER_SOURCE, text(origin.stream));
-    headers.insert(delivery_core::headers::DEAD_LETTER_SUBJECT, text(origin.subject));
+    headers.insert(
+        delivery_core::headers::DEAD_LETTER_DETAIL,
+        text(origin.detail),
+    );
+    headers.insert(
+        delivery_core::headers::DEAD_LETTER_SOURCE,
+        text(origin.stream),
+    );
+    headers.insert(
+        delivery_core::headers::DEAD_LETTER_SUBJECT,
+        text(origin.subject),
+    );
     headers.insert(
         delivery_core::headers::DEAD_LETTER_SEQUENCE,
         origin.sequence.to_string(),
@@ -130,14 +139,18 @@ pub(crate) fn dead_letter_headers(
         delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT,
         origin.delivery_count.to_string(),
     );
-    headers.insert(delivery_core::headers::DEAD_LETTER_GROUP, text(origin.group));
+    headers.insert(
+        delivery_core::headers::DEAD_LETTER_GROUP,
+        text(origin.group),
+    );
     headers
 }
 
 /// Whether a dead letter's headers say it is the unit at `sequence` of `stream`.
 pub(crate) fn is_copy_of(headers: Option<&HeaderMap>, stream: &str, sequence: u64) -> bool {
     last(headers, delivery_core::headers::DEAD_LETTER_SOURCE) == Some(stream)
-        && last(headers, delivery_core::headers::DEAD_LETTER_SEQUENCE).and_then(|s| s.parse::<u64>().ok())
+        && last(headers, delivery_core::headers::DEAD_LETTER_SEQUENCE)
+            .and_then(|s| s.parse::<u64>().ok())
             == Some(sequence)
 }
 
@@ -235,6 +248,10 @@ mod tests {
         let stripped = without_dead_letter_headers(Some(&headers));
         assert_eq!(stripped.len(), 2);
         assert_eq!(stripped.get_all("multi").count(), 2);
-        assert!(stripped.get(delivery_core::headers::DEAD_LETTER_REASON).is_none());
+        assert!(
+            stripped
+                .get(delivery_core::headers::DEAD_LETTER_REASON)
+                .is_none()
+        );
     }
 }

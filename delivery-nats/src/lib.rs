@@ -71,41 +71,22 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod error;
 mod codec;
+mod connect;
 mod dead_letter;
+mod error;
 mod pull;
 mod settle;
+mod shared;
 mod source;
 mod topology;
-
 
 /// The client this crate runs on, re-exported: name its types through it so they are the ones
 /// this crate takes.
 pub use ::async_nats;
 pub use codec::headers_of;
+pub use connect::{connect, declare};
 pub use dead_letter::{NatsDeadLetters, SweepReport};
 pub use settle::NatsHandle;
 pub use source::NatsSource;
 pub use topology::{NatsTopology, Retention, TopologyError};
-
-use delivery_core::transport::TransportError;
-
-/// Connects to `url` (`nats://host:port`).
-pub async fn connect(url: &str) -> Result<async_nats::Client, TransportError> {
-    async_nats::connect(url)
-        .await
-        .map_err(|e| crate::error::transport_error("connecting to NATS", e))
-}
-
-/// Connects to `url` and declares `topology` ([`NatsTopology::declare`]).
-pub async fn declare(
-    url: &str,
-    topology: &NatsTopology,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let client = connect(url).await?;
-    topology
-        .declare(&async_nats::jetstream::new(client))
-        .await?;
-    Ok(())
-}

@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::source::Shared;
+use super::shared::Shared;
 use delivery_core::transport::Retry;
 use delivery_core::transport::TransportError;
 
@@ -218,7 +218,10 @@ async fn pull(consumer: PullConsumer, buffer: Arc<Buffer>, shared: Arc<Shared>, 
             match tokio::time::timeout(PULL_SEND_TIMEOUT, request).await {
                 Ok(Ok(requested)) => batch = Some((requested, at)),
                 Ok(Err(error)) => {
-                    buffer.fail(crate::error::transport_error("requesting units (pull)", error));
+                    buffer.fail(crate::error::transport_error(
+                        "requesting units (pull)",
+                        error,
+                    ));
                     pausing = true;
                     paused.as_mut().reset(Instant::now() + retry.failed());
                 }

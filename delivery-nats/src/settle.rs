@@ -3,15 +3,15 @@
 //! `consumer::settle` decides when each runs.
 
 use super::codec;
+use async_nats::jetstream::AckKind;
+use async_nats::{HeaderMap, Subject};
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::{Settle, TransportError, TransportErrorKind};
 use delivery_core::unit::Unit;
-use async_nats::jetstream::AckKind;
-use async_nats::{HeaderMap, Subject};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::source::Shared;
+use super::shared::Shared;
 
 /// The handle of one delivery from a [`NatsSource`](super::NatsSource). Only the runtime holds it.
 ///

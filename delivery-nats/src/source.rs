@@ -6,14 +6,16 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use async_nats::jetstream;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
-use async_nats::jetstream::{self, AckKind};
 use async_nats::{Client, Subject};
 
 use super::codec;
+use super::connect;
 use super::dead_letter::NatsDeadLetters;
 use super::pull::{self, Pull};
 use super::settle::NatsHandle;
+use super::shared::Shared;
 use super::topology::NatsTopology;
 use delivery_core::transport::{KeepAlive, Source, TransportError, TransportErrorKind};
 use delivery_core::unit::{DeliveryCount, Unit};
@@ -36,82 +38,6 @@ pub struct NatsSource {
     /// Started by the first `receive`.
     pull: Option<Pull>,
     shared: Arc<Shared>,
-}
-
-pub(super) struct Shared {
-    pub(super) client: Client,
-    pub(super) context: jetstream::Context,
-    pub(super) stream: String,
-    /// The durable consumer's name: recorded on its dead letters, so a redrive is for it alone.
-    pub(super) durable: String,
-    pub(super) dead_letter_stream: String,
-    pub(super) dead_letter_subject: Subject,
-    /// [`NatsTopology::confirm_acks`].
-    pub(super) confirm_acks: bool,
-}
-
-impl Shared {
-    /// Whether `message` is a unit redriven from the dead letter of another durable consumer
-    /// ([`delivery_core::headers::REDRIVE_GROUP`]): this one applied it when it was first delivered, so
-    /// it is acknowledged, not handled.
-    pub(super) async fn redriven_for_another(&self, message: &jetstream::Message) -> bool {
-        let Some(group) = codec::last(message.headers.as_ref(), delivery_core::headers::REDRIVE_GROUP)
-        else {
-            return false;
-        };
-        if group == self.durable {
-            return false;
-        }
-        if let Some(reply) = message.reply.clone()
-            && let Err(error) = self
-                .send(
-                    reply,
-                    AckKind::Ack,
-                    "acknowledging a redrive for another durable",
-                )
-                .await
-        {
-            // Delivered again after `ack_wait`, and skipped again.
-            tracing::warn!(stream = %self.stream, %error,
-                "acknowledging a unit redriven for another durable consumer failed");
-        }
-        tracing::debug!(stream = %self.stream, durable = %self.durable, redriven_for = group,
-            "a unit redriven for another durable consumer; acknowledged, not handled");
-        true
-    }
-
-    /// Sends `kind` on a delivery's reply subject without waiting for JetStream's reply (as
-    /// async-nats `Message::ack` does): queued on the connection, flushed with its neighbours.
-    pub(super) async fn send(
-        &self,
-        reply: Subject,
-        kind: AckKind,
-        what: &'static str,
-    ) -> Result<(), TransportError> {
-        self.client
-            .publish(reply, kind.into())
-            .await
-            .map_err(|e| crate::error::transport_error(what, e))
-    }
-
-    /// A final settlement (`+ACK`, `+TERM`): sent as [`send`](Self::send) does, or, with
-    /// [`confirm_acks`](NatsTopology::confirm_acks), as a request whose reply is JetStream's
-    /// confirmation (async-nats `Message::double_ack`).
-    pub(super) async fn settle(
-        &self,
-        reply: Subject,
-        kind: AckKind,
-        what: &'static str,
-    ) -> Result<(), TransportError> {
-        if !self.confirm_acks {
-            return self.send(reply, kind, what).await;
-        }
-        self.client
-            .request(reply, kind.into())
-            .await
-            .map(drop)
-            .map_err(|e| crate::error::transport_error(what, e))
-    }
 }
 
 /// Sweeps the units stranded on their last delivery into the dead letter, at once and then every
@@ -177,7 +103,7 @@ impl NatsSource {
     /// A source of `topology`'s durable consumer at `url`, connected before it returns, so a wrong
     /// URL or a missing consumer fails at start. Declare the topology first ([`super::declare`]).
     pub async fn connect(url: &str, topology: NatsTopology) -> Result<Self, TransportError> {
-        let client = super::connect(url).await?;
+        let client = connect::connect(url).await?;
         Self::with_client(client, topology).await
     }
 

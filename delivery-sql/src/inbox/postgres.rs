@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::PgPool;
 
-use super::{BATCH, Inbox, InboxDatabase, RecordFuture};
+use super::table::{BATCH, Inbox, InboxDatabase, RecordFuture, cleanup};
 use delivery_core::unit::UnitId;
 
 impl InboxDatabase for sqlx::Postgres {
@@ -159,7 +159,7 @@ impl PgInbox {
         older_than: Duration,
     ) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
-        super::cleanup(self.inbox.clone(), every, move || {
+        cleanup(self.inbox.clone(), every, move || {
             let store = store.clone();
             async move { store.retain(older_than).await }
         })

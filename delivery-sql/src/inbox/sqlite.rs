@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::SqlitePool;
 
-use super::{BATCH, Inbox, InboxDatabase, RecordFuture};
+use super::table::{BATCH, Inbox, InboxDatabase, RecordFuture, cleanup};
 use delivery_core::unit::UnitId;
 
 /// SQLite's clock, in milliseconds since the Unix epoch (as the SQLite outbox keeps time).
@@ -145,7 +145,7 @@ impl SqliteInbox {
         older_than: Duration,
     ) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
-        super::cleanup(self.inbox.clone(), every, move || {
+        cleanup(self.inbox.clone(), every, move || {
             let store = store.clone();
             async move { store.retain(older_than).await }
         })

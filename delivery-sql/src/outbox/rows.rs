@@ -1,9 +1,12 @@
-//! The outbox table's columns as the stores read and write them, and `retain`'s batches.
+//! The outbox table's columns as the stores read and write them — a claimed row as a [`Record`],
+//! a row as a [`StoredRecord`] — and `retain`'s batches. Shared by the PostgreSQL and SQLite
+//! stores, which differ in their SQL text alone.
 
 use std::future::Future;
 
 use bytes::Bytes;
-use delivery_core::unit::Headers;
+use delivery_core::outbox::{Record, RecordId, Status, StoredRecord};
+use delivery_core::unit::{Headers, Stamp};
 
 /// The outbox table's `headers` column: a JSON object of the headers' text values, `NULL` for
 /// none.
@@ -61,4 +64,71 @@ where
             return Ok(deleted);
         }
     }
+}
+
+/// The `attempts` column's integer (`INT` in PostgreSQL, `INTEGER` in SQLite) as a count: never
+/// below 0, at most `u32::MAX`.
+pub(crate) trait AttemptsColumn {
+    fn count(self) -> u32;
+}
+
+impl AttemptsColumn for i32 {
+    fn count(self) -> u32 {
+        self.max(0) as u32
+    }
+}
+
+impl AttemptsColumn for i64 {
+    fn count(self) -> u32 {
+        self.clamp(0, u32::MAX.into()) as u32
+    }
+}
+
+/// A row of a claim (`id, topic, key, payload, attempts, seq, headers`, by position) as the
+/// record to relay, stamped with its `seq`, and that `seq` to order the claim by. `A` is the
+/// `attempts` column's integer type.
+pub(crate) fn claimed<R, A>(row: &R) -> Result<(i64, Record), sqlx::Error>
+where
+    R: sqlx::Row,
+    A: AttemptsColumn + for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    usize: sqlx::ColumnIndex<R>,
+{
+    let record = Record::new(
+        row.try_get::<String, _>(0)?,
+        row.try_get::<String, _>(1)?,
+        row.try_get::<Option<String>, _>(2)?,
+        row.try_get::<Vec<u8>, _>(3)?,
+        row.try_get::<A, _>(4)?.count(),
+    );
+    let order = row.try_get::<i64, _>(5)?;
+    let headers = row.try_get::<Option<String>, _>(6)?;
+    let record = record.with_headers(headers_from_column(headers.as_deref()));
+    Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
+}
+
+/// A row of the outbox's columns (`COLUMNS`, by name) as a stored record. `A` is the `attempts`
+/// column's integer type.
+pub(crate) fn stored<R, A>(row: &R) -> Result<StoredRecord, sqlx::Error>
+where
+    R: sqlx::Row,
+    A: AttemptsColumn + for<'r> sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'c> &'c str: sqlx::ColumnIndex<R>,
+{
+    Ok(StoredRecord {
+        id: RecordId::new(row.try_get::<String, _>("id")?),
+        topic: row.try_get("topic")?,
+        key: row.try_get("key")?,
+        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
+        status: Status::parse(row.try_get("status")?),
+        attempts: row.try_get::<A, _>("attempts")?.count(),
+        last_error: row.try_get("last_error")?,
+    })
 }

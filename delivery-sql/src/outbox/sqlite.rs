@@ -9,16 +9,15 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Row};
 
-use delivery_core::outbox::{Record, RecordId};
 use delivery_core::outbox::{
-    Backlog, Claim, DeadRecords, Mark, Status, Store, StoredRecord, Wakeups, until_idle,
+    Backlog, Claim, DeadRecords, Mark, Store, StoredRecord, Wakeups, until_idle,
 };
+use delivery_core::outbox::{Record, RecordId};
 use delivery_core::transport::TransportError;
 
-use super::rows::{RETAIN_BATCH, in_batches};
-use crate::error::failed;
+use super::rows::{self, RETAIN_BATCH, in_batches};
 use super::write::{Outbox, Table};
-use delivery_core::unit::Stamp;
+use crate::error::failed;
 
 const MIGRATION: &str = include_str!("../../sql/outbox_sqlite.sql");
 
@@ -262,15 +261,7 @@ impl SqliteStore {
 }
 
 fn stored(row: &sqlx::sqlite::SqliteRow) -> Result<StoredRecord, sqlx::Error> {
-    Ok(StoredRecord {
-        id: RecordId::new(row.try_get::<String, _>("id")?),
-        topic: row.try_get("topic")?,
-        key: row.try_get("key")?,
-        payload: row.try_get::<Vec<u8>, _>("payload")?.into(),
-        status: Status::parse(row.try_get("status")?),
-        attempts: row.try_get::<i64, _>("attempts")?.clamp(0, u32::MAX.into()) as u32,
-        last_error: row.try_get("last_error")?,
-    })
+    rows::stored::<_, i64>(row)
 }
 
 impl Store for SqliteStore {
@@ -280,15 +271,21 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, claim: Claim<'_>) -> Result<Vec<Record>, TransportError> {
-        self.claim_sql(claim).await.map_err(failed("claiming records"))
+        self.claim_sql(claim)
+            .await
+            .map_err(failed("claiming records"))
     }
 
     async fn mark(&self, owner: &str, marks: &[Mark]) -> Result<u64, TransportError> {
-        self.mark_sql(owner, marks).await.map_err(failed("writing marks"))
+        self.mark_sql(owner, marks)
+            .await
+            .map_err(failed("writing marks"))
     }
 
     async fn backlog(&self) -> Result<Backlog, TransportError> {
-        self.backlog_sql().await.map_err(failed("reading the backlog"))
+        self.backlog_sql()
+            .await
+            .map_err(failed("reading the backlog"))
     }
 
     async fn wakeups(&self) -> Option<Wakeups> {
@@ -300,7 +297,9 @@ impl Store for SqliteStore {
 /// is the record's `seq`.
 impl DeadRecords for SqliteStore {
     async fn count_dead(&self) -> Result<u64, TransportError> {
-        self.count_dead_sql().await.map_err(failed("counting dead records"))
+        self.count_dead_sql()
+            .await
+            .map_err(failed("counting dead records"))
     }
 
     async fn dead_after(
@@ -308,20 +307,29 @@ impl DeadRecords for SqliteStore {
         after: i64,
         limit: i64,
     ) -> Result<Vec<(i64, StoredRecord)>, TransportError> {
-        self.dead_after_sql(after, limit).await.map_err(failed("listing dead records"))
+        self.dead_after_sql(after, limit)
+            .await
+            .map_err(failed("listing dead records"))
     }
 
     /// Pending again under the same id, attempts back to 0, available now (the last error stays
     /// for reference).
-    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, TransportError> {
-        self.requeue_dead_sql(ids).await.map_err(failed("requeueing dead records"))
+    async fn requeue_dead(
+        &self,
+        ids: Option<&[RecordId]>,
+    ) -> Result<Vec<RecordId>, TransportError> {
+        self.requeue_dead_sql(ids)
+            .await
+            .map_err(failed("requeueing dead records"))
     }
 
     async fn dead_payload(
         &self,
         id: &RecordId,
     ) -> Result<Option<(bytes::Bytes, delivery_core::unit::Headers)>, TransportError> {
-        self.dead_payload_sql(id).await.map_err(failed("reading a dead record"))
+        self.dead_payload_sql(id)
+            .await
+            .map_err(failed("reading a dead record"))
     }
 
     /// Pending again as `requeue_dead` makes it, with the new payload and headers.
@@ -332,11 +340,15 @@ impl DeadRecords for SqliteStore {
         payload: &[u8],
         headers: &delivery_core::unit::Headers,
     ) -> Result<bool, TransportError> {
-        self.requeue_dead_edited_sql(id, original, payload, headers).await.map_err(failed("requeueing an edited dead record"))
+        self.requeue_dead_edited_sql(id, original, payload, headers)
+            .await
+            .map_err(failed("requeueing an edited dead record"))
     }
 
     async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, TransportError> {
-        self.delete_dead_sql(ids).await.map_err(failed("deleting dead records"))
+        self.delete_dead_sql(ids)
+            .await
+            .map_err(failed("deleting dead records"))
     }
 }
 
@@ -362,20 +374,7 @@ impl SqliteStore {
             .await?;
         let mut claimed = rows
             .iter()
-            .map(|row| {
-                let record = Record::new(
-                    row.try_get::<String, _>(0)?,
-                    row.try_get::<String, _>(1)?,
-                    row.try_get::<Option<String>, _>(2)?,
-                    row.try_get::<Vec<u8>, _>(3)?,
-                    row.try_get::<i64, _>(4)?.clamp(0, u32::MAX.into()) as u32,
-                );
-                let order = row.try_get::<i64, _>(5)?;
-                let headers = row.try_get::<Option<String>, _>(6)?;
-                let record =
-                    record.with_headers(super::rows::headers_from_column(headers.as_deref()));
-                Ok((order, record.with_stamp(Stamp(order.max(0) as u64))))
-            })
+            .map(rows::claimed::<_, i64>)
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
         // RETURNING promises no order: hand them out oldest first.
         claimed.sort_unstable_by_key(|(seq, _)| *seq);
@@ -440,7 +439,10 @@ impl SqliteStore {
             .collect()
     }
 
-    async fn requeue_dead_sql(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, sqlx::Error> {
+    async fn requeue_dead_sql(
+        &self,
+        ids: Option<&[RecordId]>,
+    ) -> Result<Vec<RecordId>, sqlx::Error> {
         let ids = ids.map(|ids| {
             serde_json::to_string(&ids.iter().map(RecordId::as_str).collect::<Vec<_>>())
                 .expect("a list of strings serializes")

@@ -130,7 +130,8 @@ impl Outbox {
         let id = record.id.clone().unwrap_or_else(mint);
         // The trace context of the span the record is written in travels with it (see
         // `delivery_core::trace`).
-        let headers = super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
+        let headers =
+            super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
         DB::insert(
             &mut **tx,
             &self.table.qualified,
