@@ -52,10 +52,12 @@ pub mod offset;
 pub mod outbox;
 mod pace;
 mod runtime;
+mod source;
 mod stopwatch;
 pub mod testing;
 pub mod trace;
 pub mod transport;
+mod transport_error;
 pub mod unit;
 pub mod webhook;
 
@@ -78,7 +80,6 @@ pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 /// The RabbitMQ client, re-exported so its version always matches this crate's.
 
 /// The NATS client, re-exported so its version always matches this crate's.
-
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

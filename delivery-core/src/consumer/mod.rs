@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod observer;
 mod order;
 pub use order::{HOLD_GRACE, WhenReturned};
 mod run;
@@ -47,7 +48,7 @@ use crate::disposition::{Backoff, RedeliveryPolicy};
 use crate::handler::Handler;
 use crate::health::{Component, Health};
 use crate::runtime::Stop;
-use crate::transport::Source;
+use crate::source::Source;
 use crate::unit::Unit;
 use bytes::Bytes;
 

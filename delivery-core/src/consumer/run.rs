@@ -17,16 +17,17 @@ use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::observer::ConsumerObserver;
 use super::order::{self, Admitted, Lanes, WhenReturned};
 use super::settle::{self, Counters, Holds, Settled};
 use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
-use crate::observe::ConsumerObserver;
 use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
+use crate::source::{KeepAlive, Settle, Source};
 use crate::trace::{self, Messaging};
-use crate::transport::{KeepAlive, Settle, Source, TransportError};
+use crate::transport_error::TransportError;
 use crate::unit::{Unit, UnitId};
 
 /// While units keep coming, the shutdown signal is looked at once every this many of them; when

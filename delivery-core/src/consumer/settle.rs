@@ -9,14 +9,14 @@ use metrics::Counter;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::observer::ConsumerObserver;
 use super::run::Keeping;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::health::Health;
-use crate::observe::ConsumerObserver;
-use crate::transport::TransportError;
-use crate::transport::{KeepAlive, Settle};
+use crate::source::{KeepAlive, Settle};
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
 /// How one unit ended, for the run's [`Report`](super::Report).
@@ -88,7 +88,7 @@ macro_rules! apply {
         let (handle, unit, outcome, disposition) = ($handle, $unit, $outcome, $disposition);
         match disposition {
             $crate::disposition::Disposition::Ack => $crate::consumer::settle::record(
-                $crate::transport::Settle::ack(handle, unit).await,
+                $crate::source::Settle::ack(handle, unit).await,
                 unit,
                 outcome,
                 disposition,

@@ -194,7 +194,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             partitions: NonZeroU32::MIN,
-            max_deliveries: crate::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
+            max_deliveries: crate::disposition::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
             dead_letter: None,
         }
     }

@@ -75,7 +75,7 @@ impl Default for QueueConfig {
     /// Five deliveries, dead letter `<queue>.dead-letter`.
     fn default() -> Self {
         QueueConfig {
-            max_deliveries: crate::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
+            max_deliveries: crate::disposition::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
             dead_letter: None,
         }
     }
@@ -136,7 +136,7 @@ impl State {
     /// Puts `unit` into `name` afresh: appended to the log of that name if there is one (a
     /// redrive, a `publish`), otherwise queued.
     ///
-    /// A unit without a [`Stamp`](crate::Stamp) gets the broker's next publish sequence (a log's
+    /// A unit without a [`Stamp`](crate::unit::Stamp) gets the broker's next publish sequence (a log's
     /// unit, its offset); one that has one (set by its producer, or kept from its first
     /// publish through a dead letter and a redrive) keeps it.
     pub(crate) fn put(&mut self, name: &str, unit: Unit) {
@@ -147,7 +147,7 @@ impl State {
                     Some(_) => unit,
                     None => {
                         self.last_stamp += 1;
-                        unit.with_stamp(crate::Stamp(self.last_stamp))
+                        unit.with_stamp(crate::unit::Stamp(self.last_stamp))
                     }
                 };
                 self.queue(name).push_ready(queue::Entry::fresh(unit))

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 use super::Shared;
 use super::queue::Entry;
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Settle, Source, TransportError};
+use crate::source::{Settle, Source};
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
 /// A consumer of one queue of a [`MemoryBroker`](super::MemoryBroker).

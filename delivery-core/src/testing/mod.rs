@@ -44,7 +44,8 @@ use futures_util::FutureExt;
 
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
 use crate::handler::Handler;
-use crate::transport::{Settle, TransportError};
+use crate::source::Settle;
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 pub mod conformance;
 #[cfg(feature = "testing")]

@@ -185,7 +185,7 @@ impl Log {
         // producer's, or its first append's, kept through a dead letter and a redrive.
         let unit = match unit.stamp() {
             Some(_) => unit,
-            None => unit.with_stamp(crate::Stamp(offset)),
+            None => unit.with_stamp(crate::unit::Stamp(offset)),
         };
         records.push(Record {
             unit: unit.with_delivery_count(DeliveryCount::FIRST),
