@@ -9,8 +9,8 @@ use metrics::Counter;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::keeping::Keeping;
 use super::observer::ConsumerObserver;
-use super::run::Keeping;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
@@ -19,7 +19,7 @@ use crate::source::{KeepAlive, Settle};
 use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
-/// How one unit ended, for the run's [`Report`](super::Report).
+/// How one unit ended, for the run's [`Report`](super::report::Report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Settled {
     Acked,
@@ -399,7 +399,7 @@ impl Holds {
 
     /// Gives back at once every unit still held, waits until each was, and counts them all in
     /// `report`.
-    pub(crate) async fn release(&self, report: &mut super::Report) {
+    pub(crate) async fn release(&self, report: &mut super::report::Report) {
         self.cut.cancel();
         let mut held =
             std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
