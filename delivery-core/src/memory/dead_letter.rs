@@ -4,8 +4,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::Shared;
 use super::queue::Entry;
+use super::shared::Shared;
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::transport_error::TransportError;
 use crate::unit::UnitId;

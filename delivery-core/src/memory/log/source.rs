@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::state::{Delivered, Lane, Next, SettleError};
 use crate::disposition::DeadLetterReason;
-use crate::memory::Shared;
+use crate::memory::shared::Shared;
 use crate::source::{Settle, Source};
 use crate::transport_error::TransportError;
 use crate::unit::Unit;
