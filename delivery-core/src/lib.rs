@@ -77,10 +77,6 @@ pub use stopwatch::Stopwatch;
 pub use transport::{Settle, Source, TransportError, TransportErrorKind};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 
-/// The RabbitMQ client, re-exported so its version always matches this crate's.
-
-/// The NATS client, re-exported so its version always matches this crate's.
-
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]
 pub mod __private {

@@ -42,6 +42,13 @@ impl StandardSigner {
     }
 }
 
+impl Default for StandardSigner {
+    /// [`StandardSigner::new`]: no secret yet.
+    fn default() -> Self {
+        StandardSigner::new()
+    }
+}
+
 impl std::fmt::Debug for StandardSigner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StandardSigner")
