@@ -154,7 +154,7 @@ where
     fn call(self, request: Request, state: S) -> Self::Future {
         Box::pin(async move {
             let response = receive(&self.handler, &self.verifier, request, &state).await;
-            delivery_core::observe::webhook_answered(H::NAME, self.verifier.scheme(), response.status());
+            delivery_core::webhook::webhook_answered(H::NAME, self.verifier.scheme(), response.status());
             response
         })
     }
@@ -349,12 +349,12 @@ where
         match lazy_verifier(&handler, &state) {
             Ok(verifier) => {
                 let response = receive(&handler, &verifier, request, &state).await;
-                delivery_core::observe::webhook_answered(H::NAME, verifier.scheme(), response.status());
+                delivery_core::webhook::webhook_answered(H::NAME, verifier.scheme(), response.status());
                 response
             }
             Err((error, built_now)) => {
                 let response = misconfigured(H::NAME, &error, built_now);
-                delivery_core::observe::webhook_counter(H::NAME, "unknown", response.status()).increment(1);
+                delivery_core::webhook::webhook_counter(H::NAME, "unknown", response.status()).increment(1);
                 response
             }
         }

@@ -29,7 +29,7 @@ pub const ORIGIN_PARTITION: &str = "x-delivery-origin-partition";
 /// Where a returned unit was first read: its offset.
 pub const ORIGIN_OFFSET: &str = "x-delivery-origin-offset";
 
-/// The unit's ordering [`Stamp`](crate::Stamp) (rule 4), in decimal: set by its producer (the
+/// The unit's ordering [`Stamp`](crate::unit::Stamp) (rule 4), in decimal: set by its producer (the
 /// outbox relay writes its record's sequence), or written on a copy of a unit to keep the stamp
 /// of its first delivery (a dead letter, a retry topic, a redrive). A source that finds it takes
 /// it as the unit's stamp, over the mechanism's own position.
@@ -43,12 +43,12 @@ pub const STAMP: &str = "x-delivery-stamp";
 /// assert_eq!(headers::parse_stamp(b"42"), Some(Stamp(42)));
 /// assert_eq!(headers::parse_stamp(b"-1"), None);
 /// ```
-pub fn parse_stamp(value: &[u8]) -> Option<crate::Stamp> {
+pub fn parse_stamp(value: &[u8]) -> Option<crate::unit::Stamp> {
     std::str::from_utf8(value)
         .ok()
         .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
         .and_then(|text| text.parse().ok())
-        .map(crate::Stamp)
+        .map(crate::unit::Stamp)
 }
 
 /// Set to `true` on a unit an operator redrove from a dead letter with a payload of their own

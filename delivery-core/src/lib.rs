@@ -32,7 +32,7 @@
 //! | `http` | the relay's HTTP sink `http::HttpSink` (`Idempotency-Key` = record id), a Standard Webhooks sender with `HttpSink::standard_webhooks` (signed per attempt, `webhook-id` = record id, one signature per secret while rotating) |
 //! | `kafka` | Kafka through rdkafka 0.39 (re-exported as `kafka::client`; your own `ClientConfig` through `kafka::KafkaTopology::with_client_config`): [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
-//! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere): enable it from `[dev-dependencies]` only, never in a production build |
+//! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere), and `testing::conformance`, the suite every transport passes: enable it from `[dev-dependencies]` only, never in a production build |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -52,10 +52,12 @@ pub mod offset;
 pub mod outbox;
 mod pace;
 mod runtime;
+mod source;
 mod stopwatch;
 pub mod testing;
 pub mod trace;
 pub mod transport;
+mod transport_error;
 pub mod unit;
 pub mod webhook;
 
@@ -74,8 +76,6 @@ pub use outbox::{OutboxRecord, Receipt, RecordId};
 pub use stopwatch::Stopwatch;
 pub use transport::{Settle, Source, TransportError, TransportErrorKind};
 pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
-
-/// The RabbitMQ client, re-exported so its version always matches this crate's.
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]

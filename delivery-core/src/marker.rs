@@ -120,7 +120,6 @@ minters!("fastrand-2": fastrand_2::Rng);
 // uuid's v7 context counts within a millisecond of the clock (present with the outbox stores).
 impl Minter for uuid::ContextV7 {}
 
-
 /// Compile-time probes used by `#[consumer]`'s expansion. Not public API.
 ///
 /// Autoref specialization: `(&Probe::<T>::NEW).clock_probe()` finds the method on `Probe<T>`

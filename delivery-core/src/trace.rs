@@ -26,7 +26,7 @@
 //! | `messaging.consumer.group.name` | the consumer group or durable consumer, where there is one | — |
 //! | `messaging.message.id` | the unit's id | the record's id |
 //! | `messaging.operation.type` | `process` | `send` |
-//! | `messaging.delivery_count` | the unit's [`DeliveryCount`](crate::DeliveryCount), from 1 | the attempt, from 1 |
+//! | `messaging.delivery_count` | the unit's [`DeliveryCount`](crate::unit::DeliveryCount), from 1 | the attempt, from 1 |
 //! | `delivery.outbox` | — | the outbox table |
 //! | `otel.name`, `otel.kind` | `process {destination}`, `consumer` | `send {topic}`, `producer` |
 //!
@@ -71,7 +71,7 @@
 
 use tracing::Span;
 
-use crate::unit::Unit;
+use crate::unit::{Headers, Unit};
 
 /// The W3C Trace Context header that names a unit's parent span.
 pub const TRACEPARENT: &str = "traceparent";
@@ -152,26 +152,32 @@ pub fn webhook_span(webhook: &'static str, unit: &Unit) -> Span {
     unit_span(&Messaging::new("webhook", webhook), unit).unwrap_or_else(Span::none)
 }
 
-/// The `delivery.relay` span of one attempt at `record` from `outbox`, its parent the trace
-/// context recorded with the record (feature `opentelemetry`).
-pub(crate) fn relay_span(outbox: &str, record: &crate::outbox::Record, attempt: u32) -> Span {
+/// The `delivery.relay` span of one attempt at a record from `outbox` (its `topic`, `id` and
+/// `headers`), its parent the trace context recorded with the record (feature `opentelemetry`).
+pub(crate) fn relay_span(
+    outbox: &str,
+    topic: &str,
+    id: &str,
+    headers: &Headers,
+    attempt: u32,
+) -> Span {
     if !tracing::dispatcher::has_been_set() {
         return Span::none();
     }
     // `send {topic}`, or `send` for the default exchange (`""`), as the conventions name it.
-    let name = format!("send {}", record.topic());
+    let name = format!("send {topic}");
     let span = tracing::info_span!(
         "delivery.relay",
         otel.name = name.trim_end(),
         otel.kind = "producer",
         messaging.system = tracing::field::Empty,
-        messaging.destination.name = record.topic(),
-        messaging.message.id = record.id().as_str(),
+        messaging.destination.name = topic,
+        messaging.message.id = id,
         messaging.operation.type = "send",
         messaging.delivery_count = attempt,
         delivery.outbox = outbox,
     );
-    otel::continue_from(&span, record.headers());
+    otel::continue_from(&span, headers);
     taken(span).unwrap_or_else(Span::none)
 }
 
@@ -200,17 +206,18 @@ pub(crate) fn within<F: std::future::Future>(
     }
 }
 
-/// What a sink of `system` sends with `record`: the record's headers, with the trace context
-/// replaced by the current span's (the relay attempt's) where there is one (feature
-/// `opentelemetry`). Records `system` as the current span's `messaging.system`.
-pub fn outgoing(system: &'static str, record: &crate::outbox::Record) -> crate::Headers {
+/// What a sink of `system` sends with a record whose headers are `headers`
+/// ([`Record::headers`]): those headers, with the trace context replaced by the current span's
+/// (the relay attempt's) where there is one (feature `opentelemetry`). Records `system` as the
+/// current span's `messaging.system`.
+pub fn outgoing(system: &'static str, headers: &Headers) -> Headers {
     Span::current().record("messaging.system", system);
-    otel::current_into(record.headers())
+    otel::current_into(headers)
 }
 
 /// `headers` with the trace context of the current span, for a record being written (feature
 /// `opentelemetry`; `headers` as they are without it).
-pub fn with_current(headers: &crate::Headers) -> crate::Headers {
+pub fn with_current(headers: &Headers) -> Headers {
     otel::current_into(headers)
 }
 

@@ -296,7 +296,7 @@ impl HttpSink {
         headers.insert(CONTENT_TYPE, self.content_type.clone());
         headers.insert(IDEMPOTENCY_KEY, key);
         // The record's headers (its trace context, `traceparent`: see `delivery_core::trace`).
-        for (name, value) in delivery_core::trace::outgoing("http", record).iter() {
+        for (name, value) in delivery_core::trace::outgoing("http", record.headers()).iter() {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_bytes(value),

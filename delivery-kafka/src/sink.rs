@@ -343,7 +343,7 @@ async fn produce(producer: &FutureProducer, record: &Record) -> Result<(i32, i64
         });
     }
     // The record's headers (its trace context: see `delivery_core::trace`).
-    let extra = delivery_core::trace::outgoing("kafka", record);
+    let extra = delivery_core::trace::outgoing("kafka", record.headers());
     for (name, value) in extra.iter() {
         headers = headers.insert(Header {
             key: name,

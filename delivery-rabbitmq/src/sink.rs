@@ -268,7 +268,7 @@ impl RabbitSink {
         }
         // The record's headers (its trace context: see `delivery_core::trace`).
         let mut headers = lapin::types::FieldTable::default();
-        for (name, value) in delivery_core::trace::outgoing("rabbitmq", record).iter() {
+        for (name, value) in delivery_core::trace::outgoing("rabbitmq", record.headers()).iter() {
             headers.insert(
                 name.into(),
                 lapin::types::AMQPValue::LongString(value.to_vec().into()),

@@ -34,7 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::transport::KeepAlive;
+use crate::source::KeepAlive;
 use crate::unit::{Unit, UnitId};
 
 /// What orders a unit: its key, or `None` for a unit that runs unordered.

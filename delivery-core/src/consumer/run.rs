@@ -13,25 +13,22 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::FutureExt;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
+use super::builder::Consumer;
+use super::handover::{Done, count, far_future, hand_over};
+use super::keeping::Keeping;
 use super::order::{self, Admitted, Lanes, WhenReturned};
+use super::pacing::{Pace, PollOnce, UnlessShutdown, sleep_unless_shutdown};
+use super::report::Report;
 use super::settle::{self, Counters, Holds, Settled};
-use super::{Consumer, Report};
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy};
 use crate::handler::Handler;
-use crate::observe::ConsumerObserver;
-use crate::pace::Retry;
 use crate::runtime::{Guarded, Shutdown, place_for};
+use crate::source::{KeepAlive, Settle, Source};
 use crate::trace::{self, Messaging};
-use crate::transport::{KeepAlive, Settle, Source, TransportError};
-use crate::unit::{Unit, UnitId};
-
-/// While units keep coming, the shutdown signal is looked at once every this many of them; when
-/// the loop waits, it watches the signal.
-const SHUTDOWN_CHECK_EVERY: u32 = 32;
+use crate::unit::Unit;
 
 /// After the drain deadline, how long the settles it started (units given back, released) may
 /// still take before they are dropped unsettled.
@@ -467,45 +464,6 @@ where
     }
 }
 
-/// A waiting handler's unit kept alive ([`Source::keep_alive`]): due every `every`, until
-/// `at_most` after the wait began. (Also a unit held for its backoff or parked to make room, in
-/// `settle::Holds`.)
-pub(super) struct Keeping {
-    ticks: Option<(tokio::time::Interval, tokio::time::Instant)>,
-}
-
-impl Keeping {
-    #[cold]
-    pub(super) fn new(keep_alive: Option<KeepAlive>) -> Self {
-        let now = tokio::time::Instant::now();
-        Keeping {
-            ticks: keep_alive.map(|KeepAlive { every, at_most }| {
-                let mut ticks = tokio::time::interval_at(now + every, every);
-                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                (ticks, now + at_most)
-            }),
-        }
-    }
-
-    /// Completes when the unit is due to be kept alive again; never once `at_most` passed.
-    pub(super) async fn due(&mut self) {
-        match &mut self.ticks {
-            Some((ticks, until)) if tokio::time::Instant::now() < *until => {
-                ticks.tick().await;
-            }
-            _ => std::future::pending().await,
-        }
-    }
-
-    #[cold]
-    pub(super) fn kept(&self, result: Result<(), TransportError>, unit: &Unit) {
-        if let Err(error) = result {
-            tracing::warn!(unit.id = unit.id().as_str(), %error,
-                "could not keep the unit alive; the mechanism may deliver it again meanwhile");
-        }
-    }
-}
-
 /// A unit's run that had to wait, in the box it was first polled in.
 struct InFlight<F>(Pin<Box<Option<F>>>);
 
@@ -518,169 +476,6 @@ impl<F: Future> Future for InFlight<F> {
             None => unreachable!("only a filled slot goes in flight"),
         }
     }
-}
-
-/// Both loops' pace between units: the shutdown signal is looked at once every
-/// [`SHUTDOWN_CHECK_EVERY`] units (and watched whenever the loop waits), a failed receive is
-/// followed by a wait growing with the failures in a row, and a unit's arrival goes into the
-/// consumer's health after any wait (a clock read per unit is a sixth of the in-memory broker's
-/// cost of a unit).
-struct Pace {
-    since_shutdown_check: u32,
-    /// The loop waited (a receive, a handler, a retry) since the last arrival it stamped.
-    waited: bool,
-    receive: Retry,
-    /// After a failed receive, the wait before the next one. (Waited at the top of the loop, so
-    /// that no received value is held across it: the loop's state stays small. Awaited by the
-    /// loop itself, not in a method of this: an `async fn` here was not inlined.)
-    retry_in: Option<Duration>,
-}
-
-impl Pace {
-    fn new() -> Self {
-        Pace {
-            // The first iteration looks at the shutdown signal at once: a signal future such as
-            // `tokio::signal::ctrl_c()` installs its handler on its first poll, and a signal
-            // arriving before that would kill the process instead of stopping it.
-            since_shutdown_check: SHUTDOWN_CHECK_EVERY - 1,
-            waited: true,
-            receive: Retry::reconnect(),
-            retry_in: None,
-        }
-    }
-
-    /// Whether this unit's arrival goes into the health ([`ConsumerObserver::received`]): the
-    /// first after any wait, and otherwise one in every [`SHUTDOWN_CHECK_EVERY`] — units that
-    /// arrive and complete without waiting come microseconds apart, so the health's
-    /// "last receive" is never staler than a few of them. (Time, paused or not, only moves while
-    /// the loop waits.)
-    #[inline(always)]
-    fn stamp_arrival(&mut self) -> bool {
-        std::mem::take(&mut self.waited) || self.since_shutdown_check == 0
-    }
-
-    /// Whether the shutdown signal came, looked at once every [`SHUTDOWN_CHECK_EVERY`] calls.
-    #[inline(always)]
-    fn signalled(&mut self, shutdown: &mut Shutdown) -> bool {
-        self.since_shutdown_check += 1;
-        if self.since_shutdown_check < SHUTDOWN_CHECK_EVERY {
-            return false;
-        }
-        self.since_shutdown_check = 0;
-        (&mut *shutdown).now_or_never().is_some()
-    }
-
-    /// Logs a failed receive and sets the wait before the next: [`Retry::reconnect`]'s, from
-    /// 100 ms doubling to 6.4 s, jittered per process. The one wait after a failed receive: a
-    /// source does not wait again before reconnecting.
-    #[cold]
-    fn receive_failed<Src: Source>(
-        &mut self,
-        source: &Src,
-        error: &TransportError,
-        observe: &ConsumerObserver,
-    ) {
-        let wait = self.receive.failed();
-        observe.receive_failed(error, wait);
-        tracing::warn!(source = source.name(), %error, retry_in_ms = wait.as_millis() as u64,
-            "receiving failed");
-        self.retry_in = Some(wait);
-        // The next success recovers the health.
-        self.waited = true;
-    }
-}
-
-/// Sleeps `wait`; `false` when the shutdown signal came first.
-async fn sleep_unless_shutdown(wait: Duration, shutdown: &mut Shutdown) -> bool {
-    tokio::select! {
-        () = &mut *shutdown => false,
-        () = tokio::time::sleep(wait) => true,
-    }
-}
-
-/// Polls a future once with the task's own waker: `Pending` leaves it registered, as any poll
-/// does. A plain future with an always-inlined `poll` (as [`Guarded`]), so that the loop's own
-/// state machine polls the inner future directly, with no layer set up and torn down per unit.
-struct PollOnce<'a, F>(Pin<&'a mut F>);
-
-impl<F: Future> Future for PollOnce<'_, F> {
-    type Output = Poll<F::Output>;
-
-    #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Poll<F::Output>> {
-        Poll::Ready(self.0.as_mut().poll(cx))
-    }
-}
-
-/// A future (`receive`), unless the shutdown signal comes first: `None` then. The future is polled
-/// first, so the signal is only looked at while it waits; the third field is set if it waited.
-struct UnlessShutdown<'a, F>(Pin<&'a mut F>, &'a mut Shutdown, &'a mut bool);
-
-impl<F: Future> Future for UnlessShutdown<'_, F> {
-    type Output = Option<F::Output>;
-
-    #[inline(always)]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<F::Output>> {
-        if let Poll::Ready(output) = self.0.as_mut().poll(cx) {
-            return Poll::Ready(Some(output));
-        }
-        *self.2 = true;
-        self.1.as_mut().poll(cx).map(|()| None)
-    }
-}
-
-#[inline]
-fn count(report: &mut Report, settled: Settled) {
-    match settled {
-        Settled::Acked => report.acked += 1,
-        Settled::Returned => report.returned += 1,
-        Settled::DeadLettered => report.dead_lettered += 1,
-        Settled::Failed => report.settle_failed += 1,
-        // Counted once it is given back, by `Holds::release`.
-        Settled::Held => {}
-    }
-}
-
-/// How a unit's run ended, with the key it ran under and, when it was returned, its id and
-/// backoff: for its lane to hand over (or hold) the next.
-struct Done {
-    settled: Settled,
-    key: Option<Bytes>,
-    returned: Option<(UnitId, Duration)>,
-}
-
-impl Done {
-    #[inline(always)]
-    fn new(settled: Settled, key: Option<Bytes>) -> Self {
-        Done {
-            settled,
-            key,
-            returned: None,
-        }
-    }
-}
-
-/// Counts a unit's run and queues in `ready` the unit its key's lane runs next, if one is.
-/// (Pushed only when there is one: `extend` with the `Option` moves a unit-sized value per unit.)
-#[inline]
-fn hand_over<L>(
-    report: &mut Report,
-    lanes: &mut Option<Lanes<L>>,
-    done: Done,
-    ready: &mut VecDeque<Admitted<L>>,
-) {
-    count(report, done.settled);
-    if let (Some(lanes), Some(key)) = (lanes, done.key)
-        && let Some(next) = lanes.settled(key, done.returned)
-    {
-        ready.push_back(next);
-    }
-}
-
-/// An instant no lane waits until: the timer of a disabled branch.
-#[cold]
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 /// A unit whose handler was still running at the drain deadline, or that waited in its key's

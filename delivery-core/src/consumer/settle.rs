@@ -9,17 +9,17 @@ use metrics::Counter;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::run::Keeping;
+use super::keeping::Keeping;
+use super::observer::ConsumerObserver;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::health::Health;
-use crate::observe::ConsumerObserver;
-use crate::transport::TransportError;
-use crate::transport::{KeepAlive, Settle};
+use crate::source::{KeepAlive, Settle};
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
-/// How one unit ended, for the run's [`Report`](super::Report).
+/// How one unit ended, for the run's [`Report`](super::report::Report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Settled {
     Acked,
@@ -88,7 +88,7 @@ macro_rules! apply {
         let (handle, unit, outcome, disposition) = ($handle, $unit, $outcome, $disposition);
         match disposition {
             $crate::disposition::Disposition::Ack => $crate::consumer::settle::record(
-                $crate::transport::Settle::ack(handle, unit).await,
+                $crate::source::Settle::ack(handle, unit).await,
                 unit,
                 outcome,
                 disposition,
@@ -399,7 +399,7 @@ impl Holds {
 
     /// Gives back at once every unit still held, waits until each was, and counts them all in
     /// `report`.
-    pub(crate) async fn release(&self, report: &mut super::Report) {
+    pub(crate) async fn release(&self, report: &mut super::report::Report) {
         self.cut.cancel();
         let mut held =
             std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
-use crate::transport::TransportError;
+use super::api::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
+use crate::transport_error::TransportError;
 use crate::unit::UnitId;
 
 /// A boxed future answering a dead letter's operation.
@@ -138,20 +138,3 @@ impl DeadLetters for AnyDeadLetters {
         self.0.redrive_edited(id, payload).await
     }
 }
-
-/// `From` for each of this crate's dead letters. (Not for every `D: DeadLetters`: that would
-/// include `AnyDeadLetters` itself, which `From<T> for T` already covers.)
-macro_rules! from_dead_letters {
-    ($($(#[$cfg:meta])* $ty:ty),* $(,)?) => {$(
-        $(#[$cfg])*
-        impl From<$ty> for AnyDeadLetters {
-            fn from(dead_letters: $ty) -> Self {
-                AnyDeadLetters::new(dead_letters)
-            }
-        }
-    )*};
-}
-
-from_dead_letters!(
-    crate::memory::MemoryDeadLetters,
-);

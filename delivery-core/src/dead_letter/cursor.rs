@@ -2,8 +2,8 @@
 
 use std::str::FromStr;
 
-use super::Cursor;
-use crate::transport::TransportError;
+use super::api::Cursor;
+use crate::transport_error::TransportError;
 
 /// The position `cursor` holds, as the transport wrote it ([`DeadLetter::position`](super::DeadLetter::position));
 /// an error naming the cursor if it is not one of this dead letter's.

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::transport::TransportError;
+use crate::transport_error::TransportError;
 
 /// Records that `depth` units wait in `dead_letter`.
 pub fn record(dead_letter: &str, depth: u64) {

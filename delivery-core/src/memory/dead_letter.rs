@@ -4,10 +4,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::Shared;
 use super::queue::Entry;
+use super::shared::Shared;
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
-use crate::transport::TransportError;
+use crate::transport_error::TransportError;
 use crate::unit::UnitId;
 
 fn read(position: usize, entry: &Entry) -> Option<DeadLetter> {
@@ -195,5 +195,11 @@ impl fmt::Debug for MemoryDeadLetters {
             .field("source", &self.source)
             .field("name", &self.name)
             .finish()
+    }
+}
+
+impl From<MemoryDeadLetters> for crate::dead_letter::AnyDeadLetters {
+    fn from(dead_letters: MemoryDeadLetters) -> Self {
+        crate::dead_letter::AnyDeadLetters::new(dead_letters)
     }
 }

@@ -27,59 +27,24 @@
 //! # }
 //! ```
 
+mod config;
 mod dead_letter;
 pub mod log;
 mod queue;
+mod shared;
 mod source;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
+pub use config::QueueConfig;
 pub use dead_letter::MemoryDeadLetters;
 pub use log::{LogConfig, LogDeclareError, LogPosition, MemoryLogHandle, MemoryLogSource};
+pub use shared::MemoryBroker;
 pub use source::{MemoryHandle, MemorySource};
 
 use crate::unit::Unit;
 use queue::Queue;
-
-/// A queue's declaration: its delivery bound and its dead-letter queue.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueConfig {
-    max_deliveries: NonZeroU32,
-    dead_letter: Option<String>,
-}
-
-impl QueueConfig {
-    /// Units are delivered at most `n` times (`0` is read as 1); a unit returned after its `n`th
-    /// delivery is dead-lettered by the broker.
-    pub fn max_deliveries(mut self, n: u32) -> Self {
-        self.max_deliveries = NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN);
-        self
-    }
-
-    /// The dead-letter queue's name. Defaults to `<queue>.dead-letter`.
-    pub fn dead_letter(mut self, queue: impl Into<String>) -> Self {
-        self.dead_letter = Some(queue.into());
-        self
-    }
-
-    /// The declared bound.
-    pub fn delivery_bound(&self) -> NonZeroU32 {
-        self.max_deliveries
-    }
-}
-
-impl Default for QueueConfig {
-    /// Five deliveries, dead letter `<queue>.dead-letter`.
-    fn default() -> Self {
-        QueueConfig {
-            max_deliveries: crate::RedeliveryPolicy::DEFAULT_MAX_DELIVERIES,
-            dead_letter: None,
-        }
-    }
-}
 
 /// A queue was declared again with a different configuration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -90,76 +55,6 @@ pub struct DeclareError {
     queue: String,
     existing: QueueConfig,
     requested: QueueConfig,
-}
-
-/// An in-memory broker, shared by cloning. See the [module docs](self).
-#[derive(Clone, Default)]
-pub struct MemoryBroker {
-    inner: Arc<Shared>,
-}
-
-#[derive(Default)]
-pub(crate) struct Shared {
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-pub(crate) struct State {
-    queues: HashMap<Arc<str>, Queue>,
-    /// The offset-log mode's logs; each also has a queue under its name (see [`log`]).
-    logs: HashMap<Arc<str>, log::Log>,
-    next_consumer: u64,
-    /// The stamp of the last unit published to a queue (rule 4): the broker's publish sequence.
-    last_stamp: u64,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves the queues consistent (every mutation is a single
-        // move), so a poisoned lock is still safe to use.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl State {
-    pub(crate) fn queue(&mut self, name: &str) -> &mut Queue {
-        if !self.queues.contains_key(name) {
-            let name: Arc<str> = name.into();
-            self.queues
-                .insert(name.clone(), Queue::new(name, QueueConfig::default()));
-        }
-        self.queues.get_mut(name).expect("declared above")
-    }
-
-    /// Puts `unit` into `name` afresh: appended to the log of that name if there is one (a
-    /// redrive, a `publish`), otherwise queued.
-    ///
-    /// A unit without a [`Stamp`](crate::Stamp) gets the broker's next publish sequence (a log's
-    /// unit, its offset); one that has one (set by its producer, or kept from its first
-    /// publish through a dead letter and a redrive) keeps it.
-    pub(crate) fn put(&mut self, name: &str, unit: Unit) {
-        match self.logs.get_mut(name) {
-            Some(log) => log.put(unit),
-            None => {
-                let unit = match unit.stamp() {
-                    Some(_) => unit,
-                    None => {
-                        self.last_stamp += 1;
-                        unit.with_stamp(crate::Stamp(self.last_stamp))
-                    }
-                };
-                self.queue(name).push_ready(queue::Entry::fresh(unit))
-            }
-        }
-    }
-
-    /// The dead-letter queue of `source` (declared on first use).
-    pub(crate) fn dead_letter_queue(&mut self, source: &str) -> &mut Queue {
-        let name = self.queue(source).dead_letter_name();
-        self.queue(&name)
-    }
 }
 
 impl fmt::Debug for MemoryBroker {

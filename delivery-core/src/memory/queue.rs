@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::QueueConfig;
+use super::config::QueueConfig;
 use crate::disposition::{DeadLetterReason, ReasonKind};
 use crate::unit::{DeliveryCount, Headers, Unit};
 

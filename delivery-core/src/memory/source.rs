@@ -8,10 +8,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::Shared;
 use super::queue::Entry;
+use super::shared::Shared;
 use crate::disposition::DeadLetterReason;
-use crate::transport::{Settle, Source, TransportError};
+use crate::source::{Settle, Source};
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
 /// A consumer of one queue of a [`MemoryBroker`](super::MemoryBroker).
@@ -146,13 +147,13 @@ impl std::fmt::Debug for MemoryHandle {
 
 impl crate::marker::AckHandle for MemoryHandle {}
 
-fn requeue(state: &mut super::State, queue: &str, entry: Entry, due: Option<Instant>) {
+fn requeue(state: &mut super::shared::State, queue: &str, entry: Entry, due: Option<Instant>) {
     if let Some(dead) = state.queue(queue).requeue(entry, due) {
         move_to_dead_letter(state, queue, dead);
     }
 }
 
-fn move_to_dead_letter(state: &mut super::State, queue: &str, dead: Entry) {
+fn move_to_dead_letter(state: &mut super::shared::State, queue: &str, dead: Entry) {
     let dlq = state.dead_letter_queue(queue);
     dlq.push_ready(dead);
     crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
@@ -163,7 +164,7 @@ impl MemoryHandle {
     fn take_out(
         &mut self,
     ) -> (
-        std::sync::MutexGuard<'_, super::State>,
+        std::sync::MutexGuard<'_, super::shared::State>,
         Result<Entry, TransportError>,
     ) {
         self.settled = true;

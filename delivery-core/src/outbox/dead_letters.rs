@@ -19,7 +19,7 @@ use super::record::RecordId;
 use super::store::{Store, StoredRecord};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
-use crate::transport::TransportError;
+use crate::transport_error::TransportError;
 use crate::unit::{DeliveryCount, Headers, Unit, UnitId};
 
 /// The SQL a store provides for its dead records; the rest is [`DeadLetters`], written once.

@@ -40,6 +40,7 @@
 //! attempts, last error, when it is available again (backoff), the lease (owner, until), the
 //! created order, and when it was delivered. Every time in it is the database's clock.
 
+mod backlog;
 mod dead_letters;
 mod record;
 mod relayer;
@@ -52,4 +53,3 @@ pub use record::{
 pub use dead_letters::DeadRecords;
 pub use relayer::{RelayReport, Relayer};
 pub use store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};
-

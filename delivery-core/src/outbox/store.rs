@@ -11,8 +11,8 @@ use bytes::Bytes;
 use futures_util::stream::Stream;
 
 use super::record::{Record, RecordId};
-use crate::transport::TransportError;
 use crate::disposition::DeadLetterReason;
+use crate::transport_error::TransportError;
 
 /// A claim: up to `limit` records, leased to `owner` for `lease`.
 #[derive(Clone, Copy, Debug)]

@@ -36,7 +36,7 @@ use crate::consumer::Consumer;
 use crate::dead_letter::{AnyDeadLetters, DeadLetters, Selection};
 use crate::disposition::{Backoff, Outcome, ReasonKind};
 use crate::handler::Handler;
-use crate::transport::Source;
+use crate::source::Source;
 use crate::unit::{Headers, Stamp, Unit, UnitId};
 
 /// A dead-lettered unit, as the suite reads it back through the mechanism's [`DeadLetters`].
@@ -734,7 +734,7 @@ pub async fn operates_the_dead_letter<F: Fixture>(fixture: &F) {
     .await;
     wait_dead_letters(fixture, &name, 3).await;
     let view = fixture.dead_letter(&name).await;
-    let fail = |what: &str, e: crate::transport::TransportError| -> ! {
+    let fail = |what: &str, e: crate::transport_error::TransportError| -> ! {
         panic!("conformance `operates_the_dead_letter`: {what}: {e}")
     };
     assert_eq!(view.count().await.unwrap_or_else(|e| fail("count", e)), 3);
@@ -875,7 +875,7 @@ pub async fn redrives_an_edited_unit<F: Fixture>(fixture: &F) {
     wait_dead_letters(fixture, &name, 1).await;
     // Through the type-erased handle an operator's tool holds, so it is held to the check too.
     let view = AnyDeadLetters::new(fixture.dead_letter(&name).await);
-    let fail = |what: &str, e: crate::transport::TransportError| -> ! {
+    let fail = |what: &str, e: crate::transport_error::TransportError| -> ! {
         panic!("conformance `redrives_an_edited_unit`: {what}: {e}")
     };
 

@@ -1,7 +1,8 @@
 //! Helpers for testing your own handlers without a broker.
 //!
 //! With the `testing` feature, `MemorySink` is here too: the receiver of a relay under test,
-//! which returns a `Receipt` without sending anything. It exists only under that feature (enable
+//! which returns a `Receipt` without sending anything; and `conformance`, the suite every
+//! transport passes. They exist only under that feature (enable
 //! it in `[dev-dependencies]`, `delivery = { version = "..", features = ["testing"] }`), never in
 //! `outbox::sink`, so a production build cannot wire a relay to a receipt that proves nothing
 //! (rule 6).
@@ -44,13 +45,17 @@ use futures_util::FutureExt;
 
 use crate::disposition::{Disposition, Outcome, RedeliveryPolicy, decide};
 use crate::handler::Handler;
-use crate::transport::{Settle, TransportError};
+use crate::source::Settle;
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod conformance;
 #[cfg(feature = "testing")]
 mod memory_sink;
 mod sign;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use memory_sink::{MemorySink, Sent, SinkFailure};
 pub use sign::{Signer, sign};
 

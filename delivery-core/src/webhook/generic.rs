@@ -8,7 +8,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName};
 
-use super::VerifyError;
+use super::error::VerifyError;
 use super::parse::{
     BODY, ID, Signed, TIMESTAMP, Tags, base64_tag, hex_tag, malformed, optional, required,
     signed_value, timestamp,

@@ -28,11 +28,13 @@
 //! signature per secret while one is rotated), so a sender and a receiver built from this crate
 //! cannot disagree on the layout or the key.
 
+mod answered;
 mod error;
 mod generic;
 mod parse;
 mod scheme;
 mod secret;
+mod signer;
 mod standard;
 mod stripe;
 
@@ -45,6 +47,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::unit::Headers;
 
+pub use answered::{webhook_answered, webhook_counter};
 pub use error::VerifyError;
 pub use generic::HmacScheme;
 pub use scheme::Scheme;
@@ -52,7 +55,7 @@ pub use secret::Secret;
 
 use parse::Signed;
 use secret::Key;
-pub use standard::StandardSigner;
+pub use signer::StandardSigner;
 
 /// Verifies webhook deliveries for one [`Scheme`] and one or more secrets.
 ///
@@ -324,7 +327,7 @@ impl Verifier {
         (!id.is_empty()).then(|| id.to_owned())
     }
 
-    /// The unit's [`Stamp`](crate::Stamp) (rule 4), where the provider signs the event's own
+    /// The unit's [`Stamp`](crate::unit::Stamp) (rule 4), where the provider signs the event's own
     /// time, the same on every attempt: Stripe's `created`, Slack's Events API `event_time`, both
     /// Unix seconds read from `verified_body`. It orders a provider's events *seconds apart*: two
     /// events of one object within a second get one stamp, and a store guard refuses the second,
@@ -345,10 +348,10 @@ impl Verifier {
     /// ```
     ///
     /// Call it only once [`verify`](Verifier::verify) passed.
-    pub fn stamp(&self, verified_body: &[u8]) -> Option<crate::Stamp> {
+    pub fn stamp(&self, verified_body: &[u8]) -> Option<crate::unit::Stamp> {
         let field = self.scheme.body_stamp_field()?;
         let event: serde_json::Value = serde_json::from_slice(verified_body).ok()?;
-        event.get(field)?.as_u64().map(crate::Stamp)
+        event.get(field)?.as_u64().map(crate::unit::Stamp)
     }
 
     /// Whether any accepted secret signed the body under any of the delivery's signatures: the

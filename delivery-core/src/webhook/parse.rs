@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use hmac::Mac;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::VerifyError;
+use super::error::VerifyError;
 use super::secret::Key;
 
 /// An HMAC-SHA256 tag.

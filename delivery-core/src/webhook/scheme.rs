@@ -4,10 +4,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName};
 
+use super::error::VerifyError;
 use super::generic::HmacScheme;
 use super::parse::{Signed, optional, signed_value};
 use super::secret::Key;
-use super::{Secret, VerifyError, standard, stripe};
+use super::secret::Secret;
+use super::{standard, stripe};
 
 /// A signing scheme, each exactly as its provider publishes it.
 ///

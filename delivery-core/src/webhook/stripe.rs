@@ -2,7 +2,7 @@
 
 use http::{HeaderMap, HeaderName};
 
-use super::VerifyError;
+use super::error::VerifyError;
 use super::parse::{Signed, Tags, hex_tag, malformed, required, signed_value, timestamp};
 use super::secret::Key;
 

@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use super::state::{Delivered, Lane, Next, SettleError};
 use crate::disposition::DeadLetterReason;
-use crate::memory::Shared;
-use crate::transport::{Settle, Source, TransportError};
+use crate::memory::shared::Shared;
+use crate::source::{Settle, Source};
+use crate::transport_error::TransportError;
 use crate::unit::Unit;
 
 /// A consumer of a log of a [`MemoryBroker`](crate::memory::MemoryBroker), as one member of a

@@ -3,17 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::config::{LogConfig, LogPosition};
 use super::partitioner::partition_for;
-use super::{LogConfig, LogPosition};
-use crate::disposition::{DeadLetterReason, ReasonKind};
-use crate::memory::State;
-use crate::memory::queue::Entry;
 use crate::offset::{OffsetError, Watermark, Watermarks};
 use crate::unit::{DeliveryCount, Unit, UnitId};
 
@@ -30,12 +26,12 @@ pub(super) type Key = (Lane, u32);
 /// A record of the log. The log keeps no delivery count: the count in `unit` is the one the
 /// record carries (1 when appended, `n + 1` when re-appended to the retry log after delivery `n`).
 #[derive(Clone, Debug)]
-struct Record {
-    unit: Unit,
+pub(super) struct Record {
+    pub(super) unit: Unit,
     /// The explicit key it was appended under; `None`: the unit id.
-    key: Option<Bytes>,
+    pub(super) key: Option<Bytes>,
     /// Not delivered before this (retry records only).
-    due: Option<Instant>,
+    pub(super) due: Option<Instant>,
 }
 
 /// A unit handed to a member: what its handle needs to settle it.
@@ -65,13 +61,13 @@ pub(super) enum SettleError {
 }
 
 pub(crate) struct Log {
-    topic: Arc<str>,
-    config: LogConfig,
+    pub(super) topic: Arc<str>,
+    pub(super) config: LogConfig,
     main: Vec<Vec<Record>>,
-    retry: Vec<Vec<Record>>,
+    pub(super) retry: Vec<Vec<Record>>,
     groups: HashMap<Arc<str>, Group>,
     /// Explicit keys of dead-lettered units, so a redrive appends under the same key.
-    dead_keys: HashMap<UnitId, Bytes>,
+    pub(super) dead_keys: HashMap<UnitId, Bytes>,
     changed: Arc<Notify>,
     next_epoch: u64,
 }
@@ -154,7 +150,7 @@ impl Log {
         self.changed.clone()
     }
 
-    fn lane(&self, lane: Lane) -> &Vec<Vec<Record>> {
+    pub(super) fn lane(&self, lane: Lane) -> &Vec<Vec<Record>> {
         match lane {
             Lane::Main => &self.main,
             Lane::Retry => &self.retry,
@@ -185,7 +181,7 @@ impl Log {
         // producer's, or its first append's, kept through a dead letter and a redrive.
         let unit = match unit.stamp() {
             Some(_) => unit,
-            None => unit.with_stamp(crate::Stamp(offset)),
+            None => unit.with_stamp(crate::unit::Stamp(offset)),
         };
         records.push(Record {
             unit: unit.with_delivery_count(DeliveryCount::FIRST),
@@ -376,7 +372,7 @@ impl Log {
     }
 
     /// Whether `member` still owns the partition of `delivered` under the same assignment.
-    fn owns(&self, group: &str, member: u64, delivered: &Delivered) -> bool {
+    pub(super) fn owns(&self, group: &str, member: u64, delivered: &Delivered) -> bool {
         self.groups
             .get(group)
             .and_then(|g| g.members.get(&member))
@@ -386,7 +382,7 @@ impl Log {
 
     /// The disposition of `delivered` is final: finish it in the member's watermark and commit
     /// what the watermark passed.
-    fn finish(
+    pub(super) fn finish(
         &mut self,
         group: &str,
         member: u64,
@@ -423,121 +419,5 @@ impl Log {
         let next = g.offsets.get(&delivered.key).map_or(0, GroupOffset::start);
         m.assigned.insert(delivered.key, Assignment { next, epoch });
         self.changed.notify_waiters();
-    }
-}
-
-impl State {
-    /// The log `topic` (declared with the default configuration on first use).
-    pub(super) fn log(&mut self, topic: &str) -> &mut Log {
-        if !self.logs.contains_key(topic) {
-            let config = LogConfig::default();
-            let name: Arc<str> = topic.into();
-            // The queue under the log's name is where the operator's dead-letter view finds the
-            // dead letter's name, and where a redrive (or a `publish`) puts units for the log.
-            self.queues
-                .entry(name.clone())
-                .or_insert_with(|| crate::memory::queue::Queue::new(name.clone(), config.queue()));
-            self.logs.insert(name.clone(), Log::new(name, config));
-        }
-        self.logs.get_mut(topic).expect("declared above")
-    }
-
-    /// Puts an intact copy of `delivered` in the topic's dead letter with `reason`; its offset
-    /// stays unfinished until the runtime acknowledges it.
-    pub(super) fn copy_log_to_dead_letter(
-        &mut self,
-        topic: &str,
-        group: &str,
-        member: u64,
-        delivered: &Delivered,
-        reason: &DeadLetterReason,
-    ) -> Result<(), SettleError> {
-        let record = self.owned_record(topic, group, member, delivered)?;
-        self.push_dead(topic, record, delivered.count, reason.clone());
-        Ok(())
-    }
-
-    /// Settles `delivered` and finishes its offset: acknowledged when `returned_after` is `None`;
-    /// otherwise re-appended to the retry log with its count + 1, due after the wait (past the
-    /// declared bound it is dead-lettered instead, as the broker's bound). Both happen under the
-    /// lock before the offset is final, so the unit is never in neither place.
-    pub(super) fn settle_log(
-        &mut self,
-        topic: &str,
-        group: &str,
-        member: u64,
-        delivered: &Delivered,
-        returned_after: Option<Duration>,
-    ) -> Result<(), SettleError> {
-        let record = self.owned_record(topic, group, member, delivered)?;
-        if let Some(after) = returned_after {
-            let log = self.log(topic);
-            let bound = log.config.max_deliveries;
-            if delivered.count.get() >= bound.get() {
-                let reason = DeadLetterReason::new(
-                    ReasonKind::Exhausted,
-                    format!(
-                        "returned after delivery {} of {bound}: the log's delivery bound",
-                        delivered.count
-                    ),
-                );
-                self.push_dead(topic, record, delivered.count, reason);
-            } else {
-                let (_, partition) = delivered.key;
-                let due = (!after.is_zero()).then(|| Instant::now() + after);
-                log.retry[partition as usize].push(Record {
-                    unit: record.unit.with_delivery_count(delivered.count.next()),
-                    key: record.key,
-                    due,
-                });
-            }
-        }
-        self.log(topic)
-            .finish(group, member, delivered)
-            .map_err(SettleError::Offset)
-    }
-
-    /// The record `delivered` points at, if its partition is still `member`'s.
-    fn owned_record(
-        &mut self,
-        topic: &str,
-        group: &str,
-        member: u64,
-        delivered: &Delivered,
-    ) -> Result<Record, SettleError> {
-        let log = self.log(topic);
-        if !log.owns(group, member, delivered) {
-            return Err(SettleError::NotOwned);
-        }
-        let (lane, partition) = delivered.key;
-        usize::try_from(delivered.offset)
-            .ok()
-            .and_then(|at| log.lane(lane).get(partition as usize)?.get(at))
-            .cloned()
-            .ok_or(SettleError::NotOwned)
-    }
-
-    /// Moves `record`, intact, to the topic's dead letter.
-    fn push_dead(
-        &mut self,
-        topic: &str,
-        record: Record,
-        count: DeliveryCount,
-        reason: DeadLetterReason,
-    ) {
-        let log = self.log(topic);
-        let topic: Arc<str> = log.topic.clone();
-        if let Some(key) = record.key {
-            log.dead_keys.insert(record.unit.id().clone(), key);
-        }
-        let entry = Entry {
-            unit: record.unit.with_delivery_count(count),
-            deliveries: count.get(),
-            dead: None,
-        }
-        .into_dead(topic.clone(), reason);
-        let dlq = self.dead_letter_queue(&topic);
-        dlq.push_ready(entry);
-        crate::dead_letter::depth::record(dlq.name(), dlq.depth() as u64);
     }
 }

@@ -3,6 +3,8 @@
 //! timeout, decided into a mark — delivered only for a [`Receipt`](crate::outbox::Receipt) naming
 //! the record (rule 6).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +13,14 @@ use tracing::Instrument;
 
 use super::super::record::{Attempt, Record, Relay};
 use super::super::store::Mark;
-use super::relay_loop::BoxFuture;
 use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::runtime;
 use crate::unit::{DeliveryCount, UnitId};
+
+/// A boxed future the relay loop holds.
+pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// One attempt's end, waiting to be written back.
 pub(super) struct Finished {
@@ -49,7 +53,13 @@ pub(super) fn start<S, R: Relay<S>>(
         return Box::pin(std::future::ready(past_the_bound(record, attempt)));
     }
     // The attempt's span, its parent the trace context written with the record.
-    let span = crate::trace::relay_span(&attempts.outbox, &record, attempt);
+    let span = crate::trace::relay_span(
+        &attempts.outbox,
+        record.topic(),
+        record.id().as_str(),
+        record.headers(),
+        attempt,
+    );
     let call = span.in_scope(|| runtime::guard(|| relay.call(&record, state)));
     let attempts = attempts.clone();
     let attempt_run = async move {

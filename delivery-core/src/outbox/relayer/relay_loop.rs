@@ -4,8 +4,6 @@
 //! and selects the next event.
 
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,18 +13,17 @@ use metrics::Counter;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::super::backlog::RelayGauges;
 use super::super::record::{Record, Relay};
 use super::super::store::{Claim, Mark, Store, Wakeups};
-use super::attempt::{Attempts, Finished, start};
-use super::{RelayReport, Relayer};
-use crate::transport::TransportError;
+use super::attempt::{Attempts, BoxFuture, Finished, start};
+use super::settings::{RelayReport, Relayer};
 use crate::disposition::{Backoff, ReasonKind, RedeliveryPolicy};
 use crate::health::Health;
-use crate::observe::RelayGauges;
 use crate::pace::Retry;
 use crate::runtime::Shutdown;
+use crate::transport_error::TransportError;
 
-pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A claim in progress: how many were asked for, and what came back.
 type Claiming = BoxFuture<(usize, Result<Vec<Record>, TransportError>)>;
 /// A write of marks in progress: the marks, and how it went.

@@ -1,0 +1,66 @@
+//! How a unit's run ended, counted into the run's [`Report`], and the lanes' handover of the
+//! next unit of its key.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::order::{Admitted, Lanes};
+use super::report::Report;
+use super::settle::Settled;
+use crate::unit::UnitId;
+
+#[inline]
+pub(super) fn count(report: &mut Report, settled: Settled) {
+    match settled {
+        Settled::Acked => report.acked += 1,
+        Settled::Returned => report.returned += 1,
+        Settled::DeadLettered => report.dead_lettered += 1,
+        Settled::Failed => report.settle_failed += 1,
+        // Counted once it is given back, by `Holds::release`.
+        Settled::Held => {}
+    }
+}
+
+/// How a unit's run ended, with the key it ran under and, when it was returned, its id and
+/// backoff: for its lane to hand over (or hold) the next.
+pub(super) struct Done {
+    pub(super) settled: Settled,
+    pub(super) key: Option<Bytes>,
+    pub(super) returned: Option<(UnitId, Duration)>,
+}
+
+impl Done {
+    #[inline(always)]
+    pub(super) fn new(settled: Settled, key: Option<Bytes>) -> Self {
+        Done {
+            settled,
+            key,
+            returned: None,
+        }
+    }
+}
+
+/// Counts a unit's run and queues in `ready` the unit its key's lane runs next, if one is.
+/// (Pushed only when there is one: `extend` with the `Option` moves a unit-sized value per unit.)
+#[inline]
+pub(super) fn hand_over<L>(
+    report: &mut Report,
+    lanes: &mut Option<Lanes<L>>,
+    done: Done,
+    ready: &mut VecDeque<Admitted<L>>,
+) {
+    count(report, done.settled);
+    if let (Some(lanes), Some(key)) = (lanes, done.key)
+        && let Some(next) = lanes.settled(key, done.returned)
+    {
+        ready.push_back(next);
+    }
+}
+
+/// An instant no lane waits until: the timer of a disabled branch.
+#[cold]
+pub(super) fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+}

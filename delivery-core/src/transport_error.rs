@@ -1,0 +1,152 @@
+//! A failure of the transport itself: [`TransportError`] and its [`TransportErrorKind`]
+//! (re-exported in [`transport`](crate::transport)).
+
+use std::error::Error as StdError;
+
+/// A failure of the transport itself (a lost connection, an unconfirmed publish), with what was
+/// being done and a [`kind`](TransportError::kind) to match on.
+///
+/// ```
+/// use delivery_core::transport::{TransportError, TransportErrorKind};
+///
+/// let lost = TransportError::new(
+///     "consuming",
+///     std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+/// );
+/// assert_eq!(lost.kind(), TransportErrorKind::ConnectionLost);
+/// assert!(lost.is_transient());
+///
+/// let nacked = TransportError::msg("publishing", "the broker nacked the publish")
+///     .with_kind(TransportErrorKind::NotConfirmed);
+/// assert_eq!(nacked.to_string(), "publishing: the broker nacked the publish");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {message}")]
+pub struct TransportError {
+    context: &'static str,
+    kind: TransportErrorKind,
+    message: String,
+    #[source]
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+/// What kind of failure a [`TransportError`] is: whether waiting helps, and who must act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportErrorKind {
+    /// The connection to the server is lost, or could not be made (refused, reset, timed out, a
+    /// missed heartbeat): the operation may pass once the server is back. Sources reconnect.
+    #[error("connection lost")]
+    ConnectionLost,
+    /// A publish the server did not confirm (a publisher-confirm `nack`, a message returned
+    /// unroutable, no confirm or delivery report in time): it may or may not be held, so the
+    /// sender keeps its copy and tries again (rule 6).
+    #[error("not confirmed")]
+    NotConfirmed,
+    /// The server refused the operation (access refused, not found, a precondition failed, a
+    /// command error): trying again as it is will not pass.
+    #[error("refused by the server")]
+    Refused,
+    /// The client or topology is configured wrongly (a bad URL or credentials, a client property
+    /// the library rejects, a queue declared with other arguments): fix the configuration.
+    #[error("misconfigured")]
+    Misconfigured,
+    /// Anything else (an unexpected reply, an operation on something this client does not own).
+    #[error("transport failure")]
+    Other,
+}
+
+impl TransportError {
+    /// A failure while doing `context`, caused by `source`. The kind is read off the source's
+    /// type where it is an error this crate knows (`std::io::Error`, a [`TransportError`]),
+    /// anywhere in its chain of causes; [`Other`](TransportErrorKind::Other) otherwise. A transport
+    /// reads its client's errors with [`kind_of`] and sets the kind with
+    /// [`with_kind`](Self::with_kind).
+    pub fn new(context: &'static str, source: impl StdError + Send + Sync + 'static) -> Self {
+        TransportError {
+            context,
+            kind: kind_of(&source, |_| None),
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// A failure while doing `context`, described by `message`, of kind
+    /// [`Other`](TransportErrorKind::Other) until [`with_kind`](Self::with_kind) says otherwise.
+    pub fn msg(context: &'static str, message: impl Into<String>) -> Self {
+        TransportError {
+            context,
+            kind: TransportErrorKind::Other,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same failure, of kind `kind`.
+    pub fn with_kind(mut self, kind: TransportErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// What was being done.
+    pub fn context(&self) -> &'static str {
+        self.context
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> TransportErrorKind {
+        self.kind
+    }
+
+    /// Whether trying again later may pass: a lost connection or an unconfirmed publish.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            TransportErrorKind::ConnectionLost | TransportErrorKind::NotConfirmed
+        )
+    }
+}
+
+/// The kind of `error` as [`TransportError::new`] reads it (a [`TransportError`] or a
+/// `std::io::Error` anywhere in its chain of causes), asking `client` first at each cause: a
+/// transport passes the reading of its own client's errors, so each client's errors are known
+/// beside that client.
+///
+/// ```
+/// use delivery_core::transport::{TransportErrorKind, kind_of};
+///
+/// let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+/// assert_eq!(kind_of(&reset, |_| None), TransportErrorKind::ConnectionLost);
+/// ```
+pub fn kind_of(
+    error: &(dyn StdError + 'static),
+    client: impl Fn(&(dyn StdError + 'static)) -> Option<TransportErrorKind>,
+) -> TransportErrorKind {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(kind) = client(error).or_else(|| known(error)) {
+            return kind;
+        }
+        next = error.source();
+    }
+    TransportErrorKind::Other
+}
+
+/// The kind of one cause this crate knows by its type.
+fn known(error: &(dyn StdError + 'static)) -> Option<TransportErrorKind> {
+    if let Some(error) = error.downcast_ref::<TransportError>() {
+        return Some(error.kind);
+    }
+    error.downcast_ref::<std::io::Error>().map(io_kind)
+}
+
+/// The kind of an I/O failure: refused permission, a bad address, or (anything else) a lost
+/// connection. Clients that wrap an I/O error read its kind here.
+pub fn io_kind(error: &std::io::Error) -> TransportErrorKind {
+    use std::io::ErrorKind as E;
+    match error.kind() {
+        E::PermissionDenied => TransportErrorKind::Refused,
+        E::InvalidInput | E::AddrNotAvailable => TransportErrorKind::Misconfigured,
+        _ => TransportErrorKind::ConnectionLost,
+    }
+}
