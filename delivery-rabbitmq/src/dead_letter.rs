@@ -19,11 +19,13 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-use super::codec::{self, as_text, as_u64, get};
-use super::publish::ConfirmedPublisher;
-use super::topology::RabbitTopology;
-use super::{Leased, RabbitConnector};
-use delivery_core::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
+use crate::codec::{self, as_text, as_u64, get};
+use crate::connector::{Leased, RabbitConnector, close_channel};
+use crate::publish::ConfirmedPublisher;
+use crate::topology::RabbitTopology;
+use delivery_core::dead_letter::{
+    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+};
 use delivery_core::disposition::ReasonKind;
 use delivery_core::headers;
 use delivery_core::transport::TransportError;
@@ -295,7 +297,7 @@ impl RabbitDeadLetters {
                 .queue_declare(lock.into(), options, arguments)
                 .await
                 .map(drop);
-            super::close_channel(&channel, "done").await;
+            close_channel(&channel, "done").await;
             declared
         };
         match declare(true).await {
@@ -427,7 +429,7 @@ impl Reading {
     /// Closes the lock's channel, which ends its consumer (your connection stays open; a
     /// connection of its own is closed).
     async fn release(self) {
-        super::close_channel(&self.control, "done").await;
+        close_channel(&self.control, "done").await;
         self.connection.close("done").await;
     }
 }
@@ -518,7 +520,8 @@ impl Pass {
         if ready == 0 {
             return Ok(());
         }
-        let reading = |e| crate::error::transport_error("reading the dead letter (basic.consume)", e);
+        let reading =
+            |e| crate::error::transport_error("reading the dead letter (basic.consume)", e);
         self.channel
             .basic_qos(0, BasicQosOptions::default())
             .await
@@ -628,7 +631,9 @@ impl Pass {
                 BasicGetOptions { no_ack: false },
             )
             .await
-            .map_err(|e| crate::error::transport_error("removing from the dead letter (basic.get)", e))?;
+            .map_err(|e| {
+                crate::error::transport_error("removing from the dead letter (basic.get)", e)
+            })?;
         if let Some(message) = got {
             self.take(message.delivery);
         }
@@ -654,7 +659,7 @@ impl Pass {
             if let Err(error) = self.channel.basic_nack(self.last_tag, options).await {
                 // Closing the channel hands them back.
                 tracing::debug!(%error, "handing back by closing the channel instead");
-                super::close_channel(&self.channel, "read").await;
+                close_channel(&self.channel, "read").await;
             }
         }
         if held > 0 {
@@ -677,7 +682,7 @@ impl Pass {
                 }
             }
         }
-        super::close_channel(&self.channel, "read").await;
+        close_channel(&self.channel, "read").await;
         self.reading.release().await;
     }
 }

@@ -37,7 +37,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::debug;
 
-use super::{Leased, RabbitConnector};
+use crate::connector::{Leased, RabbitConnector};
 use delivery_core::transport::{TransportError, TransportErrorKind};
 
 /// How long a publish waits, in all, for the broker's confirm unless told otherwise.
@@ -255,7 +255,10 @@ impl ConfirmedPublisher {
         let permit = match Arc::clone(&self.window).acquire_owned().await {
             Ok(permit) => permit,
             Err(e) => {
-                return Outcome::Unavailable(crate::error::transport_error("waiting for a window slot", e));
+                return Outcome::Unavailable(crate::error::transport_error(
+                    "waiting for a window slot",
+                    e,
+                ));
             }
         };
         let lane = match self.lane().await {
