@@ -22,7 +22,7 @@
 //!   backoff; units in flight at the loss come back from the broker. A connection that is yours
 //!   is not redialled (see [`RabbitConnector`]).
 //! - **Your own client**: everything that talks to the broker takes a [`RabbitConnector`] — a URL,
-//!   your lapin [`Connection`] (its properties, TLS and executor kept), or a factory of them.
+//!   your lapin [`Connection`](lapin::Connection) (its properties, TLS and executor kept), or a factory of them.
 //! - **Operator side**: [`RabbitDeadLetters`] is the dead letter's [`DeadLetters`](delivery_core::DeadLetters):
 //!   count, list, peek, redrive and purge.
 //!
