@@ -301,8 +301,10 @@ async fn send(acker: &Acker, multiple: bool) -> Result<(), TransportError> {
     match acker.ack(BasicAckOptions { multiple }).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(not_sent()),
-        Err(e) => Err(crate::error::transport_error("acknowledging (basic.ack)", e)
-            .with_kind(TransportErrorKind::ConnectionLost)),
+        Err(e) => Err(
+            crate::error::transport_error("acknowledging (basic.ack)", e)
+                .with_kind(TransportErrorKind::ConnectionLost),
+        ),
     }
 }
 

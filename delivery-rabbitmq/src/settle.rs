@@ -4,7 +4,7 @@
 //! runs. In [`AckMode::Coalesced`](super::AckMode) an ack waits for the channel's next flush
 //! (`acks.rs`), and a return, sent at once, is recorded there as settled.
 
-use super::codec::{self, text_value};
+use crate::codec::{self, text_value};
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::{Settle, TransportError, TransportErrorKind};
 use delivery_core::unit::Unit;
@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::acks::ChannelAcks;
-use super::source::Shared;
+use crate::acks::ChannelAcks;
+use crate::shared::Shared;
 
 /// The handle of one delivery from a [`RabbitSource`](super::RabbitSource). Only the runtime holds it.
 ///

@@ -68,8 +68,8 @@ use lapin::types::ShortString;
 use lapin::{BasicProperties, ConnectionProperties};
 use tracing::debug;
 
-use super::RabbitConnector;
-use super::publish::{ConfirmedPublisher, Outcome};
+use crate::connector::RabbitConnector;
+use crate::publish::{ConfirmedPublisher, Outcome};
 use delivery_core::HandlerError;
 use delivery_core::outbox::{Receipt, Record};
 use delivery_core::transport::TransportError;

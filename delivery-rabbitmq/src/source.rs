@@ -6,19 +6,19 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lapin::Acker;
 use lapin::message::Delivery;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection};
 
-use super::acks::{AckMode, ChannelAcks};
-use super::{Leased, RabbitConnector};
+use crate::acks::{AckMode, ChannelAcks};
+use crate::connector::{Leased, RabbitConnector, close_channel};
+use crate::shared::Shared;
 
-use super::codec::{self};
-use super::publish::ConfirmedPublisher;
-use super::settle::{self, RabbitHandle};
-use super::topology::{QueueType, RabbitTopology, TopologyError};
+use crate::codec::{self};
+use crate::publish::ConfirmedPublisher;
+use crate::settle::{self, RabbitHandle};
+use crate::topology::{QueueType, RabbitTopology, TopologyError};
 use delivery_core::transport::{Settle, Source, TransportError};
 use delivery_core::unit::Unit;
 
@@ -62,23 +62,6 @@ struct Live {
     channel: Channel,
     connection: Leased,
 }
-
-pub(super) struct Shared {
-    pub(super) queue: String,
-    pub(super) dead_letter_queue: String,
-    pub(super) publisher: ConfirmedPublisher,
-    /// A classic queue: the count travels with the unit, and a return is a confirmed copy.
-    pub(super) classic: bool,
-    /// Deliveries whose handle was dropped unsettled: returned by the source's next `receive`,
-    /// so a source being dropped with them (a crash) leaves them to the connection's close and
-    /// the broker counts the return once.
-    pub(super) dropped: std::sync::Mutex<Vec<Dropped>>,
-    /// Whether `dropped` may hold any, so `receive` takes the lock only then.
-    pub(super) any_dropped: std::sync::atomic::AtomicBool,
-}
-
-/// A delivery whose handle was dropped unsettled, with its coalesced acks if any.
-pub(super) type Dropped = (Acker, Option<(Arc<ChannelAcks>, u64)>);
 
 impl RabbitSource {
     /// A source of `topology.queue` through `connector` — a URL, or your own lapin
@@ -219,7 +202,9 @@ impl RabbitSource {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| crate::error::transport_error("starting the consumer (basic.consume)", e))?;
+            .map_err(|e| {
+                crate::error::transport_error("starting the consumer (basic.consume)", e)
+            })?;
         Ok((consumer, channel))
     }
 
@@ -258,12 +243,12 @@ impl RabbitSource {
             let declared = channel
                 .queue_declare(queue.into(), options, arguments)
                 .await;
-            super::close_channel(&channel, "checked").await;
+            close_channel(&channel, "checked").await;
             Ok::<_, TransportError>(declared.map(drop))
         };
-        declare(true, FieldTable::default())
-            .await?
-            .map_err(|e| crate::error::transport_error("looking up the queue (declare it first)", e))?;
+        declare(true, FieldTable::default()).await?.map_err(|e| {
+            crate::error::transport_error("looking up the queue (declare it first)", e)
+        })?;
         declare(false, self.topology.queue_arguments())
             .await?
             .map_err(|e| {
@@ -363,7 +348,9 @@ impl Source for RabbitSource {
             let live = self.live.as_mut().expect("opened above");
             let delivery = match live.consumer.next().await {
                 Some(Ok(delivery)) => delivery,
-                Some(Err(error)) => return Err(self.lost(crate::error::transport_error("consuming", error))),
+                Some(Err(error)) => {
+                    return Err(self.lost(crate::error::transport_error("consuming", error)));
+                }
                 None => {
                     let connected = live.connection.status().connected();
                     if connected && let Some((acks, _)) = &live.acks {

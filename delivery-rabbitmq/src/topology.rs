@@ -8,6 +8,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Connection, ExchangeKind};
 use serde::{Deserialize, Serialize};
 
+use crate::connector::{RabbitConnector, close_channel};
 use delivery_core::transport::TransportErrorKind;
 
 /// The topology of one consumed queue: a quorum queue whose delivery limit and dead-letter
@@ -227,9 +228,35 @@ impl RabbitTopology {
             .queue_declare(self.queue.as_str().into(), durable, self.queue_arguments())
             .await
             .map_err(|e| TopologyError::new("declaring the queue", &self.queue, e))?;
-        super::close_channel(&channel, "declared").await;
+        close_channel(&channel, "declared").await;
         Ok(())
     }
+}
+
+/// Declares `topology` ([`RabbitTopology::declare`]) through `connector`: a URL (dialled, then
+/// closed) or your own [`Connection`] (left open), see [`RabbitConnector`].
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+/// use delivery::lapin::Connection;
+/// use delivery::rabbitmq::RabbitTopology;
+/// use std::sync::Arc;
+///
+/// let topology = RabbitTopology::new("orders");
+/// delivery::rabbitmq::declare("amqp://guest:guest@127.0.0.1:5672/%2f", &topology).await?;
+/// // The same through a connection of yours, which stays open for your own use.
+/// let connection = Arc::new(Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", Default::default()).await?);
+/// delivery::rabbitmq::declare(connection.clone(), &topology).await?;
+/// # Ok(()) }
+/// ```
+pub async fn declare(
+    connector: impl Into<RabbitConnector>,
+    topology: &RabbitTopology,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let connection = connector.into().open().await?;
+    let declared = topology.declare(&connection).await;
+    connection.close("declared").await;
+    Ok(declared?)
 }
 
 fn text(s: &str) -> AMQPValue {

@@ -3,9 +3,13 @@
 use ::redis::Value;
 use bytes::Bytes;
 
-use super::{FIELD_ID, FIELD_PAYLOAD};
 use delivery_core::headers;
 use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
+
+/// The field holding the unit's payload.
+pub const FIELD_PAYLOAD: &str = "payload";
+/// The field holding the producer-supplied unit id.
+pub const FIELD_ID: &str = "id";
 
 /// One stream entry: its id and its fields, in order, exactly as stored (names may repeat).
 #[derive(Clone, Debug, PartialEq, Eq)]

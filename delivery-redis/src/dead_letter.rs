@@ -7,10 +7,13 @@ use std::time::{Duration, UNIX_EPOCH};
 use ::redis::Value;
 use bytes::Bytes;
 
-use super::codec::{self, Entry, Read};
-use super::topology::RedisTopology;
-use super::{Commands, FIELD_ID, FIELD_PAYLOAD, RedisConnector};
-use delivery_core::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
+use crate::codec::{self, Entry, Read};
+use crate::codec::{FIELD_ID, FIELD_PAYLOAD};
+use crate::connector::{Commands, RedisConnector};
+use crate::topology::RedisTopology;
+use delivery_core::dead_letter::{
+    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+};
 use delivery_core::disposition::ReasonKind;
 use delivery_core::headers;
 use delivery_core::transport::TransportError;

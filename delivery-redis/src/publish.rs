@@ -2,7 +2,7 @@
 
 use ::redis::aio::ConnectionLike;
 
-use super::{FIELD_ID, FIELD_PAYLOAD};
+use crate::codec::{FIELD_ID, FIELD_PAYLOAD};
 use delivery_core::transport::{TransportError, TransportErrorKind};
 use delivery_core::unit::Unit;
 

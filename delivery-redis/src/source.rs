@@ -8,15 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::Value;
-use metrics::Counter;
 use tokio::time::Instant;
 
-use super::ack::{Acks, Joined, Next, Turn};
-use super::codec::{self, Entry, Read};
-use super::settle::RedisHandle;
-use super::topology::RedisTopology;
-use super::{COMMAND_TIMEOUT, Commands, Conn, Connections, POLL, RedisConnector};
-use delivery_core::disposition::DeadLetterReason;
+use crate::acks::Acks;
+use crate::codec::{self, Entry, Read};
+use crate::connector::{COMMAND_TIMEOUT, Commands, Conn, Connections, RedisConnector};
+use crate::settle::RedisHandle;
+use crate::shared::Shared;
+use crate::topology::RedisTopology;
 use delivery_core::transport::{KeepAlive, Source, TransportError};
 use delivery_core::unit::{DeliveryCount, Unit};
 
@@ -48,36 +47,16 @@ pub struct RedisSource {
     reconnecting: bool,
 }
 
+/// How often a source reading through your own connection asks for new entries while there are
+/// none (it does not block there: see [`RedisConnector`]).
+const POLL: Duration = Duration::from_millis(50);
+
 type Fetching = Pin<Box<dyn Future<Output = Result<Fetched, TransportError>> + Send>>;
 
 /// What one fetch brought: entries to deliver, and where the claim scan stands if it ran.
 struct Fetched {
     entries: Vec<(Entry, DeliveryCount)>,
     claim_cursor: Option<String>,
-}
-
-/// What the source and its handles share: names, settings and the non-blocking connection.
-pub(super) struct Shared {
-    pub(super) stream: String,
-    pub(super) group: String,
-    pub(super) consumer: String,
-    pub(super) dead_letter_stream: String,
-    pub(super) max_deliveries: u32,
-    pub(super) claim_idle_ms: u64,
-    pub(super) in_progress_limit_ms: u64,
-    pub(super) batch: usize,
-    pub(super) block_ms: u64,
-    /// Whether reads block (`XREADGROUP … BLOCK`): only on a reader of the source's own.
-    pub(super) blocks: bool,
-    /// The connection for `XACK`, `XADD` to the dead letter and `XPENDING`; reopened after a
-    /// connection-level failure.
-    pub(super) commands: Commands,
-    /// Acknowledgements in flight, combined into one `XACK` at a time.
-    pub(super) acks: Acks,
-    pub(super) deleted: Counter,
-    /// When an entry given back becomes claimable, if before the next claim scan: the source
-    /// scans for it then ([`give_back`](Shared::give_back)).
-    pub(super) claim_by: std::sync::Mutex<Option<Instant>>,
 }
 
 fn next_consumer_name() -> String {
@@ -436,150 +415,11 @@ impl Shared {
         true
     }
 
-    /// Acknowledges `entry_id`, returning once Redis answered the `XACK` that carried it. With
-    /// an `XACK` of this source already in flight, the id waits and goes with the others queued
-    /// meanwhile in the next one (see `ack.rs`).
-    pub(super) async fn ack(&self, entry_id: String) -> Result<(), TransportError> {
-        match self.acks.join(entry_id) {
-            Joined::Send(turn) => self.send_acks(turn).await,
-            Joined::Wait(mut waiting) => loop {
-                match waiting.next().await {
-                    Next::Answered(outcome) => return outcome,
-                    // It sends for the queue (its own id among it, unless an earlier `XACK`
-                    // took it); its own answer comes through `waiting` either way.
-                    Next::Send(turn) => drop(self.send_acks(turn).await),
-                }
-            },
-        }
-    }
-
-    /// One `XACK` for the ids of `turn`; then the next may go.
-    async fn send_acks(&self, turn: Turn<'_>) -> Result<(), TransportError> {
-        let mut xack = ::redis::cmd("XACK");
-        xack.arg(&self.stream).arg(&self.group);
-        for id in turn.ids() {
-            xack.arg(id);
-        }
-        let outcome = match self.commands.connection().await {
-            // The reply counts the ids that were pending; one that was not had been claimed and
-            // acknowledged by another consumer meanwhile, which is no failure.
-            Ok(mut connection) => xack
-                .query_async::<i64>(&mut connection)
-                .await
-                .map(drop)
-                .map_err(|e| self.commands.failed("acknowledging (XACK)", e)),
-            Err(error) => Err(error),
-        };
-        turn.finish(&outcome);
-        outcome
-    }
-
-    /// Claims `entry_id` again for this consumer (`XCLAIM … 0 … JUSTID`): its idle time starts
-    /// over, so no consumer claims it back meanwhile, and Redis counts no delivery.
-    pub(super) async fn still_handling(&self, entry_id: &str) -> Result<(), TransportError> {
-        self.claim_justid(entry_id, None, "keeping the entry claimed (XCLAIM JUSTID)")
-            .await
-    }
-
-    /// Gives `entry_id` back to be claimed once `after` passed (at most the claim idle time):
-    /// `XCLAIM … 0 … IDLE <claim idle - after> JUSTID` sets its idle time without counting a
-    /// delivery, and the source's next claim scan is brought forward to then.
-    pub(super) async fn give_back(
-        &self,
-        entry_id: &str,
-        after: Duration,
-    ) -> Result<(), TransportError> {
-        let claim_idle = Duration::from_millis(self.claim_idle_ms);
-        let after = after.min(claim_idle);
-        let idle = u64::try_from((claim_idle - after).as_millis()).unwrap_or(u64::MAX);
-        self.claim_justid(
-            entry_id,
-            Some(idle),
-            "giving the entry back (XCLAIM IDLE JUSTID)",
-        )
-        .await?;
-        let at = Instant::now() + after;
-        let mut claim_by = self
-            .claim_by
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *claim_by = Some(claim_by.map_or(at, |by| by.min(at)));
-        Ok(())
-    }
-
-    /// `XCLAIM <stream> <group> <consumer> 0 <entry_id> [IDLE <idle_ms>] JUSTID`: the entry stays
-    /// this consumer's, its idle time set (to 0, or to `idle_ms`), and Redis counts no delivery.
-    async fn claim_justid(
-        &self,
-        entry_id: &str,
-        idle_ms: Option<u64>,
-        what: &'static str,
-    ) -> Result<(), TransportError> {
-        let mut connection = self.commands.connection().await?;
-        let mut command = ::redis::cmd("XCLAIM");
-        command
-            .arg(&self.stream)
-            .arg(&self.group)
-            .arg(&self.consumer)
-            .arg(0)
-            .arg(entry_id);
-        if let Some(idle_ms) = idle_ms {
-            command.arg("IDLE").arg(idle_ms);
-        }
-        command
-            .arg("JUSTID")
-            .query_async::<Value>(&mut connection)
-            .await
-            .map(drop)
-            .map_err(|e| self.commands.failed(what, e))
-    }
-
     /// When the source must scan for an entry given back, if one was since it last looked.
     fn take_claim_by(&self) -> Option<Instant> {
         self.claim_by
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take()
-    }
-
-    pub(super) async fn copy_to_dead_letter(
-        &self,
-        entry: &Entry,
-        reason: &DeadLetterReason,
-        count: u32,
-    ) -> Result<(), TransportError> {
-        let mut connection = self.commands.connection().await?;
-        let mut add = ::redis::cmd("XADD");
-        add.arg(&self.dead_letter_stream).arg("*");
-        for (name, value) in &entry.fields {
-            if !codec::is_transport_field(name) {
-                add.arg(name.as_ref()).arg(value.as_ref());
-            }
-        }
-        // The entry id is the stamp: the copy keeps it, for a redrive to carry (rule 4).
-        if codec::field(&entry.fields, delivery_core::headers::STAMP).is_none()
-            && let Some(stamp) = codec::entry_id_stamp(&entry.id)
-        {
-            add.arg(delivery_core::headers::STAMP).arg(stamp.0);
-        }
-        add.arg(delivery_core::headers::DEAD_LETTER_REASON)
-            .arg(reason.kind().as_str())
-            .arg(delivery_core::headers::DEAD_LETTER_DETAIL)
-            .arg(reason.detail())
-            .arg(delivery_core::headers::DEAD_LETTER_SOURCE)
-            .arg(&self.stream)
-            .arg(delivery_core::headers::DEAD_LETTER_ENTRY_ID)
-            .arg(&entry.id)
-            .arg(delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .arg(count)
-            .arg(delivery_core::headers::DEAD_LETTER_GROUP)
-            .arg(&self.group);
-        add.query_async::<Value>(&mut connection)
-            .await
-            .map(drop)
-            .map_err(|error| {
-                self.commands
-                    .failed("moving the unit to the dead letter (XADD)", error)
-            })
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::connector::{COMMAND_TIMEOUT, RedisConnector};
 use delivery_core::transport::TransportError;
 
 /// The settings of one consumed stream: its consumer group, this consumer's name, the bound on
@@ -202,4 +203,27 @@ impl RedisTopology {
             .with_kind(crate::error::kind_of(&error))),
         }
     }
+}
+
+/// Declares `topology` ([`RedisTopology::declare`]) through `connector`: a URL, your `Client`,
+/// or your own connection ([`RedisConnector`]).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), delivery::TransportError> {
+/// use delivery::redis::RedisTopology;
+///
+/// let topology = RedisTopology::new("orders", "billing");
+/// delivery::redis::declare("redis://127.0.0.1:6379", &topology).await?;
+/// // The same on your own (reconnecting) connection:
+/// let manager = delivery::redis::connect("redis://127.0.0.1:6379").await?;
+/// delivery::redis::declare(manager, &topology).await?;
+/// # Ok(()) }
+/// ```
+pub async fn declare(
+    connector: impl Into<RedisConnector>,
+    topology: &RedisTopology,
+) -> Result<(), TransportError> {
+    let connections = connector.into().resolve()?;
+    let mut connection = connections.open(Some(COMMAND_TIMEOUT)).await?;
+    topology.declare(&mut connection).await
 }

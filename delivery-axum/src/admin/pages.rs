@@ -4,7 +4,7 @@
 use maud::{DOCTYPE, Markup, html};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::{Ctx, Group, Summary, reason_of};
+use super::model::{Ctx, Group, Summary, reason_of};
 use delivery_core::dead_letter::DeadLetter;
 
 /// What a path segment or a query value keeps unencoded.
