@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use delivery_core::unit::Unit;
 
+use delivery_core::testing::conformance::{self, Fixture};
 use delivery_kafka::client::producer::FutureProducer;
 use delivery_kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
-use delivery_core::testing::conformance::{self, Fixture};
 use kafka_support::{brokers, declare, producer_config, record, send};
 
 struct Kafka {
@@ -102,6 +102,9 @@ impl Fixture for Kafka {
 async fn kafka_passes_the_conformance_suite() {
     let kafka = Kafka::new();
     conformance::run_all(&kafka).await;
-        conformance::operates_the_dead_letter_in_the_console(&kafka, delivery_axum::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &kafka,
+        delivery_axum::admin::testing::console,
+    )
+    .await;
 }

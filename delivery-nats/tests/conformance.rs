@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use delivery_core::testing::conformance::{self, Fixture};
 use delivery_core::unit::Unit;
 use delivery_nats::{NatsDeadLetters, NatsSource, NatsTopology};
-use delivery_core::testing::conformance::{self, Fixture};
 
 fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -141,7 +141,10 @@ impl Fixture for JetStream {
 async fn nats_passes_the_conformance_suite() {
     let nats = JetStream::new().await;
     conformance::run_all(&nats).await;
-        conformance::operates_the_dead_letter_in_the_console(&nats, delivery_axum::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &nats,
+        delivery_axum::admin::testing::console,
+    )
+    .await;
     nats.cleanup().await;
 }

@@ -3,6 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use delivery_core::testing::conformance::{self, Fixture};
 use delivery_core::unit::Unit;
 use delivery_rabbitmq::lapin::BasicProperties;
 use delivery_rabbitmq::lapin::options::{BasicPublishOptions, QueueDeleteOptions};
@@ -10,7 +11,6 @@ use delivery_rabbitmq::lapin::types::FieldTable;
 use delivery_rabbitmq::{
     ConfirmedPublisher, RabbitDeadLetters, RabbitSource, RabbitTopology, TopologyError,
 };
-use delivery_core::testing::conformance::{self, Fixture};
 
 fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
@@ -160,7 +160,7 @@ impl Fixture for Rabbit {
 async fn rabbitmq_passes_the_conformance_suite() {
     let rabbit = Rabbit::new().await;
     conformance::run_all(&rabbit).await;
-        conformance::operates_the_dead_letter_in_the_console(
+    conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
         delivery_axum::admin::testing::console,
     )
@@ -174,7 +174,7 @@ async fn rabbitmq_passes_the_conformance_suite() {
 async fn a_classic_queue_passes_the_conformance_suite() {
     let rabbit = Rabbit::classic().await;
     conformance::run_all(&rabbit).await;
-        conformance::operates_the_dead_letter_in_the_console(
+    conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
         delivery_axum::admin::testing::console,
     )
@@ -263,12 +263,16 @@ async fn a_unit_without_message_id_keeps_one_id_across_deliveries() {
 /// Fails a first delivery, signalling each run.
 #[delivery_macros::consumer(crate = delivery_core)]
 async fn fails_first(
-    delivery_core::extract::State(seen): delivery_core::extract::State<std::sync::Arc<tokio::sync::Notify>>,
+    delivery_core::extract::State(seen): delivery_core::extract::State<
+        std::sync::Arc<tokio::sync::Notify>,
+    >,
     count: delivery_core::unit::DeliveryCount,
 ) -> Result<(), delivery_core::HandlerError> {
     seen.notify_one();
     if count.get() == 1 {
-        return Err(delivery_core::HandlerError::retry("fails on its first delivery"));
+        return Err(delivery_core::HandlerError::retry(
+            "fails on its first delivery",
+        ));
     }
     Ok(())
 }
@@ -342,7 +346,9 @@ async fn a_held_return_is_given_back_at_shutdown(rabbit: &Rabbit) {
 /// Applies only a second delivery.
 #[delivery_macros::consumer(crate = delivery_core)]
 async fn counts_second(
-    delivery_core::extract::State(seen): delivery_core::extract::State<std::sync::Arc<tokio::sync::Notify>>,
+    delivery_core::extract::State(seen): delivery_core::extract::State<
+        std::sync::Arc<tokio::sync::Notify>,
+    >,
     count: delivery_core::unit::DeliveryCount,
 ) -> Result<(), delivery_core::HandlerError> {
     seen.notify_one();

@@ -4,9 +4,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use delivery_core::testing::conformance::{self, Fixture};
 use delivery_core::unit::Unit;
 use delivery_redis::{RedisDeadLetters, RedisSource, RedisTopology};
-use delivery_core::testing::conformance::{self, Fixture};
 use redis::aio::ConnectionManager;
 
 fn redis_url() -> String {
@@ -74,9 +74,7 @@ impl Fixture for Redis {
     async fn declare(&self, name: &str, max_deliveries: u32) {
         let topology = self.topology(name).max_deliveries(max_deliveries);
         self.delete(&topology).await;
-        delivery_redis::declare(&self.url, &topology)
-            .await
-            .unwrap();
+        delivery_redis::declare(&self.url, &topology).await.unwrap();
         self.declared.lock().unwrap().push(topology);
     }
 
@@ -108,8 +106,11 @@ impl Fixture for Redis {
 async fn redis_passes_the_conformance_suite() {
     let redis = Redis::new().await;
     conformance::run_all(&redis).await;
-        conformance::operates_the_dead_letter_in_the_console(&redis, delivery_axum::admin::testing::console)
-        .await;
+    conformance::operates_the_dead_letter_in_the_console(
+        &redis,
+        delivery_axum::admin::testing::console,
+    )
+    .await;
     redis.cleanup().await;
 }
 

@@ -6,12 +6,12 @@
 
 use std::time::Duration;
 
-use delivery::headers::MESSAGE_ID as HEADER_MESSAGE_ID;
-use delivery::kafka::KafkaTopology;
-use delivery::kafka::client::consumer::{BaseConsumer, Consumer as _};
-use delivery::kafka::client::message::{Header, OwnedHeaders, ToBytes};
-use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
-use delivery::kafka::client::{ClientConfig, Offset, TopicPartitionList};
+use delivery_core::headers::MESSAGE_ID as HEADER_MESSAGE_ID;
+use delivery_kafka::KafkaTopology;
+use delivery_kafka::client::consumer::{BaseConsumer, Consumer as _};
+use delivery_kafka::client::message::{Header, OwnedHeaders, ToBytes};
+use delivery_kafka::client::producer::{FutureProducer, FutureRecord};
+use delivery_kafka::client::{ClientConfig, Offset, TopicPartitionList};
 
 /// The brokers' address: `KAFKA_BROKERS`, or tansu on 127.0.0.1:9092.
 pub fn brokers() -> String {
@@ -198,8 +198,8 @@ pub async fn end_of(topic: &str, partition: i32) -> i64 {
 /// Every header of the record at `offset` of `partition` of `topic`, in order (values as UTF-8,
 /// lossily), read without a group.
 pub async fn headers_at(topic: &str, partition: i32, offset: i64) -> Vec<(String, String)> {
-    use delivery::kafka::client::Message as _;
-    use delivery::kafka::client::message::Headers as _;
+    use delivery_kafka::client::Message as _;
+    use delivery_kafka::client::message::Headers as _;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
         let reader: BaseConsumer = ClientConfig::new()
