@@ -211,12 +211,12 @@ pub mod health {
 /// The function's parameters are extractors ([`Json<T>`], [`State<S>`], [`UnitId`],
 /// [`DeliveryCount`], [`Stamp`], [`Headers`], [`Unit`]); it returns `Result<_, E>` with
 /// `E: Into<HandlerError>`. The attribute replaces the function with a unit struct of the same
-/// name implementing [`Handler`], which [`Consumer::run`] takes; the function as written stays
+/// name implementing [`Handler`](handler::Handler), which [`Consumer::run`] takes; the function as written stays
 /// callable as `name::handle(..)` for tests.
 ///
 /// It refuses at compile time, each time on the offending tokens:
 /// - a parameter that is a clock, an id minter or an acknowledgement handle, decided by what its
-///   type is: the marker traits [`Clock`], [`Minter`] and [`AckHandle`] (std's `SystemTime` and
+///   type is: the marker traits [`Clock`](marker::Clock), [`Minter`](marker::Minter) and [`AckHandle`](marker::AckHandle) (std's `SystemTime` and
 ///   `Instant`, tokio's `Instant`, the generators of rand 0.8, 0.9 and 0.10, ulid 1–3 and
 ///   fastrand 1–2 under the features named after each release (`rand-0_8`, `ulid-1`, ...; see
 ///   [`marker`]), your own types marked with them), which reach through a type alias, `&`, `Arc`, `Box`, `Option`, `Mutex`,
@@ -524,9 +524,9 @@ pub use delivery_macros::webhook;
 /// # #[cfg(not(feature = "sqlite"))] fn main() {}
 /// ```
 ///
-/// Parameters are relay extractors ([`outbox::FromRecord`]): [`OutboxRecord<T>`] (the record with
+/// Parameters are relay extractors ([`outbox::FromRecord`]): [`OutboxRecord<T>`](outbox::OutboxRecord) (the record with
 /// its JSON payload decoded), [`outbox::Record`] (as stored, bytes untouched), [`State<S>`],
-/// [`RecordId`]. The checks of [`consumer`](macro@consumer) apply: no clock or id minter as a parameter or in the
+/// [`RecordId`](outbox::RecordId). The checks of [`consumer`](macro@consumer) apply: no clock or id minter as a parameter or in the
 /// body, no acknowledgement handle — and the function must return `Result<Receipt, E>`:
 ///
 /// ```compile_fail

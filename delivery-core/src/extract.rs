@@ -154,7 +154,7 @@ impl<S> FromUnit<S> for Option<Stamp> {
 /// A required stamp: a unit without one is malformed. So is a unit whose stamp is above
 /// `i64::MAX`: no store can hold it (the guard's column is a `BIGINT`, as are Kafka's offsets and
 /// the outbox's sequence), so it could never pass and goes to the dead letter at once (rule 2),
-/// rather than failing in [`store`](crate::store) on every delivery up to the bound.
+/// rather than failing in `delivery::store` on every delivery up to the bound.
 ///
 /// ```
 /// use delivery::{FromUnit, Stamp, Unit};

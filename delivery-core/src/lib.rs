@@ -1,38 +1,37 @@
-//! The runtime of [`delivery`](https://docs.rs/delivery): units, dispositions, the consumer runtime,
-//! the in-memory broker, and the transports behind features. Depend on the `delivery` facade
-//! rather than on this crate; it re-exports everything here together with the attribute macros.
+//! The core of [`delivery`](https://docs.rs/delivery): what every transport shares, and no
+//! broker, database or web framework client. Depend on the `delivery` facade rather than on this
+//! crate (it re-exports what a service uses, with the attribute macros); depend on this crate to
+//! write a transport (see [`transport`]).
 //!
 //! | where | what | rule |
 //! |---|---|---|
 //! | [`unit`](mod@unit) | the delivered unit: id, payload, delivery count, stamp, headers | 3, 4 |
-//! | [`decide`] | the one decision: ack, return after backoff, or dead letter | 1, 2 |
+//! | [`disposition`] | [`disposition::decide`], the one decision: ack, return after backoff, or dead letter | 1, 2 |
 //! | [`consumer`] | the runtime loop; `consumer::settle` is where every unit is acknowledged; per-key order (`Consumer::order_by_key`) | 1, 2 |
-//! | [`dead_letter`] | the operator's API over every dead letter (`DeadLetters`, `AnyDeadLetters`); the web console over it, `admin` (feature `admin`) | 2 |
+//! | [`dead_letter`] | the operator's API over every dead letter (`DeadLetters`, `AnyDeadLetters`) | 2 |
 //! | [`extract`] | handler parameters: `Json`, `State`, metadata | 3 |
 //! | [`marker`] | what a handler may not take: clocks, minters, ack handles | 1, 3 |
 //! | [`memory`] | the in-memory broker with real redelivery semantics and an operator's dead letter; an offset-log mode (partitions, consumer groups, the commit watermark) | 1, 2 |
 //! | [`offset`] | the commit watermark of a stream read by offset: never committed past a unit not final | 1 |
-//! | `inbox` | the units a consumer applied, recorded in its own transaction: a redelivery changes nothing (features `postgres`, `sqlite`) | 3 |
-//! | [`outbox`] | the sending side: records written in the caller's transaction, the relay, receipts, sinks (the HTTP sink signs as a Standard Webhooks sender) | 5, 6 |
-//! | [`webhook`] | a third party's delivery verified over its raw body before parsing (GitHub, Stripe, Standard Webhooks, Slack, Shopify, any HMAC scheme); `#[webhook]` on axum | 5 |
-//! | [`testing`] | helpers for users' own tests | 3 |
+//! | [`outbox`] | the sending side's relay: records claimed from a [`outbox::Store`], sent by a relay function, marked only for a [`outbox::Receipt`] | 6 |
+//! | [`webhook`] | a third party's delivery verified over its raw body before parsing (GitHub, Stripe, Standard Webhooks, Slack, Shopify, any HMAC scheme), and the signer of webhooks sent out | 5 |
+//! | [`transport`] | what a transport is written with: `Source`, `Settle`, `TransportError`, the dead letter's helpers | 1, 2 |
+//! | [`testing`] | helpers for users' own tests; the conformance suite every transport passes (feature `testing`) | 3 |
 //! | [`trace`] | a span per unit, webhook request and relay attempt; the trace context from the outbox write to the consumer | — |
-//! | [`observe`], [`health`] | every metric's name and description; a consumer's or relay's health, served by axum | — |
+//! | [`observe`], [`health`] | every metric's name and description; a consumer's or relay's health | — |
+//!
+//! The transports are crates of their own over this one: delivery-rabbitmq, delivery-redis,
+//! delivery-nats, delivery-kafka, delivery-sql (PostgreSQL and SQLite: outbox stores, inbox,
+//! stamp guard), delivery-axum (webhook routes, the console, health) and delivery-http (the HTTP
+//! sink).
 //!
 //! # Features
 //!
-//! | feature | integration |
+//! | feature | adds |
 //! |---|---|
-//! | `lapin` | RabbitMQ through lapin 4: `rabbitmq` (and lapin's acknowledgement handles are refused as handler parameters); your own `lapin::Connection` through `rabbitmq::RabbitConnector`; lapin re-exported as `lapin` |
-//! | `axum` | `#[webhook]` routes: `webhook::route`, `webhook::WebhookHandler` |
-//! | `admin` | the dead-letter web console `admin::Console`, an axum router (bearer token or your tower auth layer, CSRF, escaped pages) |
-//! | `redis` | Redis Streams consumer groups: `redis` (source, topology, publish, dead-letter stream); your own `redis::Client` or connection through `redis::RedisConnector`; redis 1.x re-exported as `redis::client` |
-//! | `nats` | NATS JetStream through async-nats: `nats` (pull consumer, topology, dead-letter stream) |
-//! | `postgres`, `sqlite` | outbox stores (sqlx 0.9, re-exported as `sqlx`; your own pool and transactions): `outbox::Outbox`, `outbox::PgStore` (claims with `FOR UPDATE SKIP LOCKED`, a lease, `LISTEN/NOTIFY`), `outbox::SqliteStore`; the relay runtime `outbox::Relayer` |
-//! | `http` | the relay's HTTP sink `http::HttpSink` (`Idempotency-Key` = record id), a Standard Webhooks sender with `HttpSink::standard_webhooks` (signed per attempt, `webhook-id` = record id, one signature per secret while rotating) |
-//! | `kafka` | Kafka through rdkafka 0.39 (re-exported as `kafka::client`; your own `ClientConfig` through `kafka::KafkaTopology::with_client_config`): [`kafka`] (consumer with the commit watermark, retry and dead-letter topics), the relay's `outbox::sink::KafkaSink` (idempotent, `acks=all`, `message-id` = record id) |
 //! | `opentelemetry` | the W3C trace context (`traceparent`, `tracestate`) written with each outbox record, sent by every sink and continued by every source and `#[webhook]` route, through `tracing-opentelemetry` ([`trace`]) |
 //! | `testing` | `testing::MemorySink`, the relay's receiver for tests (a receipt for a send that went nowhere), and `testing::conformance`, the suite every transport passes: enable it from `[dev-dependencies]` only, never in a production build |
+//! | `rand-*`, `ulid-*`, `fastrand-*` | those releases' generators are [`marker::Minter`]s, refused as handler parameters |
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]

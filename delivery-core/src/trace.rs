@@ -207,7 +207,7 @@ pub(crate) fn within<F: std::future::Future>(
 }
 
 /// What a sink of `system` sends with a record whose headers are `headers`
-/// ([`Record::headers`]): those headers, with the trace context replaced by the current span's
+/// ([`Record::headers`](crate::outbox::Record::headers)): those headers, with the trace context replaced by the current span's
 /// (the relay attempt's) where there is one (feature `opentelemetry`). Records `system` as the
 /// current span's `messaging.system`.
 pub fn outgoing(system: &'static str, headers: &Headers) -> Headers {

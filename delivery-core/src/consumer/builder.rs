@@ -76,7 +76,7 @@ impl<Src: Source, S> Consumer<Src, S> {
     /// against the concurrency (memory stays bounded; on Kafka the commit never passes it). A
     /// unit that fails and is returned lets its key's later units pass: it comes back after its
     /// backoff, behind them — where that matters, guard the effect with the unit's stamp (rule 4,
-    /// [`store`](crate::store)). At shutdown, waiting units are released unstarted.
+    /// `delivery::store`). At shutdown, waiting units are released unstarted.
     ///
     /// ```
     /// use delivery::{consumer, Consumer, HandlerError, Headers, Json, Unit};

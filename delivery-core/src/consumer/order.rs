@@ -47,7 +47,7 @@ pub(crate) type KeyOf = Arc<dyn Fn(&Unit) -> Option<Bytes> + Send + Sync>;
 pub enum WhenReturned {
     /// Its key's later units run meanwhile; it comes back after its backoff, behind them. Where
     /// the order of the effects matters, guard them with the unit's stamp (rule 4,
-    /// [`store`](crate::store)).
+    /// `delivery::store`).
     #[default]
     Pass,
     /// Its key's later units wait until it came back and was applied or dead-lettered (or until

@@ -194,7 +194,7 @@ impl RedriveReport {
 }
 
 /// A dead letter an operator reads and redrives: the one API every transport's dead letter
-/// implements (see the [module docs](self)).
+/// implements (see the [module docs](crate::dead_letter)).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a dead letter an operator can read",
     note = "every transport's dead letter implements `DeadLetters`: RabbitDeadLetters, RedisDeadLetters, NatsDeadLetters, KafkaDeadLetters, MemoryDeadLetters"

@@ -5,17 +5,17 @@
 //!
 //! | where | what |
 //! |---|---|
-//! | [`Outbox`], [`NewRecord`] | the write side: a record in the caller's own transaction (features `postgres`, `sqlite`) |
-//! | [`PgStore`], [`SqliteStore`] | the outbox table: claims under a lease, batched marks, dead records and re-queue |
+//! | `Outbox`, `NewRecord` (delivery-sql) | the write side: a record in the caller's own transaction (features `postgres`, `sqlite` of `delivery`) |
+//! | [`Store`]: `PgStore`, `SqliteStore` (delivery-sql) | the outbox table: claims under a lease, batched marks, dead records and re-queue |
 //! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
 //! | sinks | where a relay function sends, each in its transport's crate: `delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink` (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
 //!
-//! **Your own database client.** The stores and [`Outbox::write`] take your sqlx pool and your
+//! **Your own database client.** The stores and `Outbox::write` take your sqlx pool and your
 //! transaction, so your connect options, TLS and pool settings are kept. They must be **sqlx
 //! 0.9**'s (a pool of another sqlx major is another type and does not compile): depend on
 //! `sqlx = "0.9"` with the driver you use, or name its types through the re-export
-//! [`delivery::sqlx`](crate::sqlx).
+//! `delivery::sqlx`.
 //!
 //! ```no_run
 //! # #[cfg(feature = "postgres")]

@@ -30,7 +30,7 @@ use delivery_core::unit::{DeliveryCount, Unit};
 ///   unit's id (so the consumer sees the same id, and counts its deliveries afresh), and
 ///   [`delivery_core::headers::REDRIVE_GROUP`] naming the durable consumer that dead-lettered it
 ///   ([`delivery_core::headers::DEAD_LETTER_GROUP`]): every durable consumer of the stream receives the
-///   redrive, and a [`NatsSource`](super::NatsSource) of another durable acknowledges it without
+///   redrive, and a [`NatsSource`](crate::NatsSource) of another durable acknowledges it without
 ///   handling it, so only the one that dead-lettered the unit runs it again. (A reader of the
 ///   stream that is not a `NatsSource`, or a copy dead-lettered before the durable was recorded,
 ///   sees it as a new message.) It deletes

@@ -181,7 +181,7 @@ impl NewRecord {
         Ok(NewRecord::new(topic, serde_json::to_vec(value)?))
     }
 
-    /// The routing or partitioning key; with [`Relayer::ordered`](super::Relayer::ordered), the
+    /// The routing or partitioning key; with [`Relayer::ordered`](delivery_core::outbox::Relayer::ordered), the
     /// key whose records are relayed in order.
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
