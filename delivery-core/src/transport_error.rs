@@ -71,6 +71,18 @@ impl TransportError {
         }
     }
 
+    /// A failure while doing `context`, caused by `source`, of the kind `client` reads off it (a
+    /// transport's reading of its own client's errors, asked first at each cause of the chain) or,
+    /// where `client` does not know it, as [`new`](Self::new) reads it.
+    pub fn classified(
+        context: &'static str,
+        source: impl StdError + Send + Sync + 'static,
+        client: impl Fn(&(dyn StdError + 'static)) -> Option<TransportErrorKind>,
+    ) -> Self {
+        let kind = kind_of(&source, client);
+        TransportError::new(context, source).with_kind(kind)
+    }
+
     /// A failure while doing `context`, described by `message`, of kind
     /// [`Other`](TransportErrorKind::Other) until [`with_kind`](Self::with_kind) says otherwise.
     pub fn msg(context: &'static str, message: impl Into<String>) -> Self {

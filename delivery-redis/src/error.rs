@@ -4,16 +4,16 @@ use std::error::Error as StdError;
 
 use delivery_core::transport::{TransportError, TransportErrorKind as Kind};
 
+/// A client error a [`TransportError`] can hold.
+pub(crate) trait Error: StdError + Send + Sync + 'static {}
+impl<E: StdError + Send + Sync + 'static> Error for E {}
+
 /// A failure while doing `context`, caused by `source`, of the kind its chain of causes says.
-pub(crate) fn transport_error(
-    context: &'static str,
-    source: impl StdError + Send + Sync + 'static,
-) -> TransportError {
-    let kind = kind_of(&source);
-    TransportError::new(context, source).with_kind(kind)
+pub(crate) fn transport_error(context: &'static str, source: impl Error) -> TransportError {
+    TransportError::classified(context, source, one)
 }
 
-/// The kind of `error`, reading redis's errors anywhere in its chain of causes.
+/// The kind of `error`, this client's errors read anywhere in its chain of causes.
 pub(crate) fn kind_of(error: &(dyn StdError + 'static)) -> Kind {
     delivery_core::transport::kind_of(error, one)
 }
