@@ -37,12 +37,9 @@ mod extract;
 mod handler;
 mod route;
 
-pub use config::{Config, IntoSecrets, SecretOrigin, WebhookConfigError};
-pub use extract::{
-    Extract, ExtractFn, ReadsRawBody, VerifiedFirst, ViaAnything, ViaFromUnit, ViaRawBody,
-};
-pub use handler::{ResponseFuture, VerifierCache, WebhookHandler, WebhookMarker};
-pub use route::{route, serve};
+pub use config::{IntoSecrets, SecretOrigin, WebhookConfigError};
+pub use handler::WebhookHandler;
+pub use route::route;
 
 /// Names the expansion of `#[webhook]` uses. Not public API: no semver guarantees.
 #[doc(hidden)]
