@@ -1,4 +1,8 @@
-#![doc = include_str!("../README.md")]
+//! PostgreSQL and SQLite for [`delivery`](https://docs.rs/delivery), through sqlx 0.9: the outbox
+//! written in your own transaction and the stores a relay claims from ([`outbox`]), the inbox
+//! ([`inbox`]) and the stamp guard ([`store`]). Use it through the `delivery` facade (features
+//! `postgres`, `sqlite`); the crate's README shows each, its examples compiled as doc tests of
+//! `delivery`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
