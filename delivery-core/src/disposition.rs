@@ -8,7 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use crate::unit::{DeliveryCount, UnitId};
+use crate::unit::DeliveryCount;
 
 /// How a handler's run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -230,9 +230,10 @@ impl Backoff {
         self.max
     }
 
-    /// The wait before the delivery after `count`. With jitter, it lies between half and all of
-    /// the exponential delay (and never under half of `initial`).
-    pub fn delay(&self, count: DeliveryCount, id: &UnitId) -> Duration {
+    /// The wait before the delivery after `count` of the unit (or outbox record) whose id is
+    /// `id`. With jitter, it lies between half and all of the exponential delay (and never under
+    /// half of `initial`).
+    pub fn delay(&self, count: DeliveryCount, id: &str) -> Duration {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         id.hash(&mut hasher);
         count.get().hash(&mut hasher);
@@ -264,7 +265,9 @@ impl Default for Backoff {
     }
 }
 
-/// Decides a unit's disposition from its outcome, the mechanism's delivery count and the policy.
+/// Decides a unit's disposition from its outcome, the mechanism's delivery count and the policy
+/// (the relay decides an outbox record's the same way, its attempts as the count). `id`, the
+/// unit's or the record's own, seeds the backoff's jitter.
 ///
 /// - applied: acknowledge (also on a redelivery past the bound: the effect is there);
 /// - malformed or rejected: dead letter now, whatever the count (rule 2: never through
@@ -280,8 +283,8 @@ impl Default for Backoff {
 /// let policy = RedeliveryPolicy { max_deliveries: NonZeroU32::new(3).unwrap(), backoff: Backoff::none() };
 /// let id = UnitId::new("u-1");
 /// let failed = Outcome::Failed("db down".into());
-/// assert!(matches!(decide(&failed, DeliveryCount::new(2), &policy, &id), Disposition::Return { .. }));
-/// match decide(&failed, DeliveryCount::new(3), &policy, &id) {
+/// assert!(matches!(decide(&failed, DeliveryCount::new(2), &policy, id.as_str()), Disposition::Return { .. }));
+/// match decide(&failed, DeliveryCount::new(3), &policy, id.as_str()) {
 ///     Disposition::DeadLetter(reason) => assert_eq!(reason.kind(), ReasonKind::Exhausted),
 ///     other => panic!("{other:?}"),
 /// }
@@ -291,7 +294,7 @@ pub fn decide(
     outcome: &Outcome,
     count: DeliveryCount,
     policy: &RedeliveryPolicy,
-    id: &UnitId,
+    id: &str,
 ) -> Disposition {
     let (error, what) = match outcome {
         Outcome::Applied => return Disposition::Ack,

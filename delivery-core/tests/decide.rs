@@ -29,7 +29,7 @@ fn check(outcome: Outcome, count: u32, max: u32, expect: Expect) {
         &outcome,
         DeliveryCount::new(count),
         &policy(max),
-        &UnitId::new("u"),
+        "u",
     );
     let got = match got {
         Disposition::Ack => Expect::Ack,
@@ -89,7 +89,7 @@ fn exhausted_reason_names_the_count_and_the_last_error() {
         &Outcome::Failed("db down".into()),
         DeliveryCount::new(3),
         &policy(3),
-        &UnitId::new("u"),
+        "u",
     );
     let Disposition::DeadLetter(reason) = d else {
         panic!("{d:?}")
@@ -126,9 +126,9 @@ proptest! {
         if !jitter { backoff = backoff.without_jitter(); }
         let policy = RedeliveryPolicy { max_deliveries: NonZeroU32::new(max).unwrap(), backoff: backoff.clone() };
         let id = UnitId::new(id);
-        let d = decide(&outcome, DeliveryCount::new(count), &policy, &id);
+        let d = decide(&outcome, DeliveryCount::new(count), &policy, id.as_str());
         // Pure: the same inputs always give the same answer.
-        prop_assert_eq!(&d, &decide(&outcome, DeliveryCount::new(count), &policy, &id));
+        prop_assert_eq!(&d, &decide(&outcome, DeliveryCount::new(count), &policy, id.as_str()));
         match (&outcome, &d) {
             // Only an applied unit is ever acknowledged (rule 1).
             (Outcome::Applied, Disposition::Ack) => {}
@@ -141,7 +141,7 @@ proptest! {
             // Transient failures: returned below the bound, dead-lettered at it (rule 2).
             (_, Disposition::Return { after }) => {
                 prop_assert!(count < max, "returned on delivery {count} of {max}");
-                let full = backoff.delay(DeliveryCount::new(count), &id);
+                let full = backoff.delay(DeliveryCount::new(count), id.as_str());
                 if let Outcome::RetryAfter { after: asked, .. } = &outcome {
                     // Never sooner than the handler asked, nor than the backoff.
                     prop_assert_eq!(*after, full.max(*asked));
@@ -151,7 +151,7 @@ proptest! {
                 prop_assert_eq!(*after, full);
                 let exact = Backoff::exponential(Duration::from_millis(initial_ms), Duration::from_millis(cap_ms))
                     .without_jitter()
-                    .delay(DeliveryCount::new(count), &id);
+                    .delay(DeliveryCount::new(count), id.as_str());
                 prop_assert!(*after >= exact / 2 && *after <= exact, "{after:?} outside [{:?}, {exact:?}]", exact / 2);
             }
             (_, Disposition::DeadLetter(r)) => {
@@ -165,8 +165,8 @@ proptest! {
     fn backoff_grows_with_the_count_until_the_cap(count in 1u32..40) {
         let b = Backoff::default().without_jitter();
         let id = UnitId::new("u");
-        let this = b.delay(DeliveryCount::new(count), &id);
-        let next = b.delay(DeliveryCount::new(count + 1), &id);
+        let this = b.delay(DeliveryCount::new(count), id.as_str());
+        let next = b.delay(DeliveryCount::new(count + 1), id.as_str());
         prop_assert!(next >= this);
         prop_assert!(next <= Duration::from_secs(30));
     }
@@ -181,14 +181,14 @@ fn the_default_backoff_outlasts_a_short_outage() {
     for n in 0..1000 {
         let id = UnitId::new(format!("unit-{n}"));
         let waited: Duration = (1..=5)
-            .map(|count| backoff.delay(DeliveryCount::new(count), &id))
+            .map(|count| backoff.delay(DeliveryCount::new(count), id.as_str()))
             .sum();
         assert!(
             waited >= Duration::from_secs(15),
             "{id:?} waits only {waited:?}"
         );
         let first_four: Duration = (1..=4)
-            .map(|count| backoff.delay(DeliveryCount::new(count), &id))
+            .map(|count| backoff.delay(DeliveryCount::new(count), id.as_str()))
             .sum();
         assert!(
             first_four >= Duration::from_secs(4),
@@ -198,13 +198,13 @@ fn the_default_backoff_outlasts_a_short_outage() {
     assert_eq!(
         Backoff::default()
             .without_jitter()
-            .delay(DeliveryCount::new(1), &UnitId::new("u")),
+            .delay(DeliveryCount::new(1), "u"),
         Duration::from_millis(100)
     );
     assert_eq!(
         Backoff::default()
             .without_jitter()
-            .delay(DeliveryCount::new(9), &UnitId::new("u")),
+            .delay(DeliveryCount::new(9), "u"),
         Duration::from_secs(30)
     );
 }

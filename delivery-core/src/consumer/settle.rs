@@ -68,7 +68,7 @@ pub(crate) fn disposition(
 ) -> Disposition {
     match outcome {
         Outcome::Applied => Disposition::Ack,
-        _ => decide(outcome, unit.delivery_count(), policy, unit.id()),
+        _ => decide(outcome, unit.delivery_count(), policy, unit.id().as_str()),
     }
 }
 

@@ -86,7 +86,7 @@ where
         &outcome,
         unit.delivery_count(),
         &RedeliveryPolicy::default(),
-        unit.id(),
+        unit.id().as_str(),
     )
 }
 

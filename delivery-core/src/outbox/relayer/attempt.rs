@@ -17,7 +17,7 @@ use crate::disposition::{
     DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
 };
 use crate::runtime;
-use crate::unit::{DeliveryCount, UnitId};
+use crate::unit::DeliveryCount;
 
 /// A boxed future the relay loop holds.
 pub(super) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -104,7 +104,7 @@ pub(super) fn start<S, R: Relay<S>>(
             &outcome,
             DeliveryCount::new(attempt),
             &attempts.policy,
-            &UnitId::new(id.as_str()),
+            id.as_str(),
         ) {
             Disposition::Return { after } => Mark::Retry {
                 id,
