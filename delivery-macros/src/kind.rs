@@ -9,7 +9,8 @@ use syn::Type;
 
 use crate::ast::Handler;
 use crate::attr::Args;
-use crate::check::{Checked, Wording};
+use crate::check::Checked;
+use crate::check::wording::Wording;
 use crate::ctxt::Ctxt;
 use crate::span;
 

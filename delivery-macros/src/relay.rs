@@ -3,7 +3,7 @@
 //! outbox record (`FromRecord`), and it returns the receiver's acknowledgement, a `Receipt`, which
 //! only a sink produces once the receiver confirmed.
 
-use crate::check::{self, Forbidden, Wording};
+use crate::check::wording::{self, Forbidden, Wording};
 use crate::kind::{Kind, Runtime};
 
 pub(crate) struct Relay;
@@ -55,7 +55,7 @@ fn param_message(kind: Forbidden, name: &str) -> String {
             ),
         ),
         // Acknowledgement belongs to the relay as it belongs to the consumer runtime.
-        Forbidden::AckHandle => (check::HANDLER.param)(kind, name),
+        Forbidden::AckHandle => (wording::HANDLER.param)(kind, name),
     }
 }
 
@@ -69,7 +69,7 @@ fn call_message(kind: Forbidden, call: &str) -> String {
                 MINTER_HELP,
             ),
         ),
-        Forbidden::AckHandle => (check::HANDLER.call)(kind, call),
+        Forbidden::AckHandle => (wording::HANDLER.call)(kind, call),
     }
 }
 

@@ -1,10 +1,12 @@
 //! The sweep: every known clock read and minter, written every way a handler body can write it,
 //! is found by the body scan; a corpus of ordinary handler code is not. Runs on the checker itself
-//! (`check::scan_body` over token streams), so it needs no compiler run per case.
+//! (`check::body::scan_body` over token streams), so it needs no compiler run per case.
 
 use proc_macro2::TokenStream;
 
-use crate::check::{Forbidden, scan_body};
+use crate::check::body::scan_body;
+use crate::check::types::find_forbidden_type;
+use crate::check::wording::Forbidden;
 
 /// A known forbidden call: the full path of the function (a type's associated function or a free
 /// function), the kind, and whether its last segment is called by its bare name after a module-level
@@ -295,14 +297,14 @@ fn parameter_types_are_refused_by_what_the_path_says() {
     for source in REFUSED_PARAMS {
         let ty: syn::Type = syn::parse_str(source).expect("a type");
         assert!(
-            crate::check::find_forbidden_type(&ty, false).is_some(),
+            find_forbidden_type(&ty, false).is_some(),
             "not refused: {source}"
         );
     }
     for source in LEFT_TO_THE_MARKERS {
         let ty: syn::Type = syn::parse_str(source).expect("a type");
         assert!(
-            crate::check::find_forbidden_type(&ty, false).is_none(),
+            find_forbidden_type(&ty, false).is_none(),
             "refused by its spelling: {source}"
         );
     }
