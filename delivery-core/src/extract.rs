@@ -157,7 +157,7 @@ impl<S> FromUnit<S> for Option<Stamp> {
 /// rather than failing in `delivery::store` on every delivery up to the bound.
 ///
 /// ```
-/// use delivery::{FromUnit, Stamp, Unit};
+/// use delivery::{extract::FromUnit, Stamp, Unit};
 ///
 /// let fits = Unit::new("u-1", "{}").with_stamp(Stamp(i64::MAX as u64));
 /// assert!(<Stamp as FromUnit<()>>::from_unit(&fits, &()).is_ok());

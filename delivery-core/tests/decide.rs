@@ -25,12 +25,7 @@ enum Expect {
 }
 
 fn check(outcome: Outcome, count: u32, max: u32, expect: Expect) {
-    let got = decide(
-        &outcome,
-        DeliveryCount::new(count),
-        &policy(max),
-        "u",
-    );
+    let got = decide(&outcome, DeliveryCount::new(count), &policy(max), "u");
     let got = match got {
         Disposition::Ack => Expect::Ack,
         Disposition::Return { after } => Expect::Return(after.as_millis() as u64),

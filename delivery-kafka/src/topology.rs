@@ -46,7 +46,7 @@ use delivery_core::transport::{TransportError, TransportErrorKind};
 /// [`from_topology`](super::KafkaSink::from_topology).
 ///
 /// ```
-/// use delivery_core::kafka::KafkaTopology;
+/// use delivery::kafka::KafkaTopology;
 ///
 /// let topology: KafkaTopology = serde_json::from_str(
 ///     r#"{"topic": "orders", "group": "billing", "max_deliveries": 4}"#,
@@ -400,7 +400,7 @@ impl KafkaTopology {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), delivery_core::TransportError> {
-    /// use delivery_core::kafka::KafkaTopology;
+    /// use delivery::kafka::KafkaTopology;
     ///
     /// KafkaTopology::new("orders", "billing").declare("127.0.0.1:9092").await?;
     /// # Ok(()) }

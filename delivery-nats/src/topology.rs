@@ -28,7 +28,7 @@ use delivery_core::transport::TransportErrorKind;
 /// Durations are written in seconds (`"ack_wait": 2.5`).
 ///
 /// ```
-/// use delivery_core::nats::NatsTopology;
+/// use delivery::nats::NatsTopology;
 ///
 /// let topology: NatsTopology = serde_json::from_str(
 ///     r#"{"stream": "ORDERS", "subjects": ["orders.>"], "max_deliver": 4, "ack_wait": 10}"#,
@@ -254,7 +254,7 @@ impl NatsTopology {
     /// [`confirm_acks`](Self::confirm_acks); default `false`).
     ///
     /// ```
-    /// use delivery_core::nats::NatsTopology;
+    /// use delivery::nats::NatsTopology;
     ///
     /// let topology = NatsTopology::new("ORDERS").confirm_acks(true);
     /// assert!(topology.confirm_acks);

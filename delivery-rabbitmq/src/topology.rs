@@ -25,7 +25,7 @@ use delivery_core::transport::TransportErrorKind;
 /// went away) counts one more delivery than it carries.
 ///
 /// ```
-/// use delivery_core::rabbitmq::RabbitTopology;
+/// use delivery::rabbitmq::RabbitTopology;
 ///
 /// let topology: RabbitTopology =
 ///     serde_json::from_str(r#"{"queue": "orders", "delivery_limit": 4, "prefetch": 64}"#).unwrap();

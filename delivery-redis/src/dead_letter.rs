@@ -47,7 +47,7 @@ use delivery_core::unit::{DeliveryCount, Headers, Unit, UnitId};
 /// - A purge deletes the entries for good (`XDEL`).
 ///
 /// ```no_run
-/// # async fn run() -> Result<(), delivery::TransportError> {
+/// # async fn run() -> Result<(), delivery::transport::TransportError> {
 /// use delivery::dead_letter::{DeadLetters, Selection};
 /// use delivery::redis::{RedisDeadLetters, RedisTopology};
 ///

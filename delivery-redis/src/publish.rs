@@ -14,7 +14,7 @@ use delivery_core::unit::Unit;
 /// and the source reads it as the unit's stamp instead of the entry id (rule 4).
 ///
 /// ```no_run
-/// # async fn run() -> Result<(), delivery::TransportError> {
+/// # async fn run() -> Result<(), delivery::transport::TransportError> {
 /// use delivery::{Headers, Unit};
 ///
 /// let mut connection = delivery::redis::connect("redis://127.0.0.1:6379").await?;

@@ -14,7 +14,7 @@ use delivery_core::transport::TransportError;
 /// bound and moves the unit).
 ///
 /// ```
-/// use delivery_core::redis::RedisTopology;
+/// use delivery::redis::RedisTopology;
 ///
 /// let topology: RedisTopology = serde_json::from_str(
 ///     r#"{"stream": "orders", "group": "billing", "max_deliveries": 4, "claim_idle_ms": 5000}"#,
@@ -209,7 +209,7 @@ impl RedisTopology {
 /// or your own connection ([`RedisConnector`]).
 ///
 /// ```no_run
-/// # async fn run() -> Result<(), delivery::TransportError> {
+/// # async fn run() -> Result<(), delivery::transport::TransportError> {
 /// use delivery::redis::RedisTopology;
 ///
 /// let topology = RedisTopology::new("orders", "billing");

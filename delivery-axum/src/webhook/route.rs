@@ -38,7 +38,7 @@ use super::handler::{ResponseFuture, WebhookHandler, WebhookMarker};
 /// The error names what is missing, never the secret:
 ///
 /// ```
-/// use delivery_core::webhook::WebhookConfigError;
+/// use delivery::webhook::WebhookConfigError;
 ///
 /// let error = WebhookConfigError::MissingEnv { webhook: "receive", var: "WEBHOOK_SECRET" };
 /// assert_eq!(

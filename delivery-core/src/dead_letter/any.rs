@@ -70,7 +70,7 @@ impl<D: DeadLetters> Erased for D {
 /// use delivery::memory::{MemoryBroker, QueueConfig};
 /// use delivery::{Unit, UnitId};
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), delivery::TransportError> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), delivery::transport::TransportError> {
 /// let broker = MemoryBroker::new();
 /// broker.declare("orders", QueueConfig::default()).unwrap();
 /// # #[delivery::consumer]

@@ -20,9 +20,9 @@
 //! ```
 //! use delivery::dead_letter::{DeadLetters, Selection};
 //! use delivery::memory::{MemoryBroker, QueueConfig};
-//! use delivery::{ReasonKind, Unit, UnitId};
+//! use delivery::{disposition::ReasonKind, Unit, UnitId};
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), delivery::TransportError> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), delivery::transport::TransportError> {
 //! let broker = MemoryBroker::new();
 //! broker.declare("orders", QueueConfig::default()).unwrap();
 //! # #[delivery::consumer]

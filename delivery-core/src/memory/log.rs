@@ -233,7 +233,7 @@ impl MemoryBroker {
     ///
     /// ```
     /// use delivery::memory::MemoryBroker;
-    /// use delivery::{Source, Unit};
+    /// use delivery::{transport::Source, Unit};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let broker = MemoryBroker::new();
@@ -255,7 +255,7 @@ impl MemoryBroker {
     ///
     /// ```
     /// use delivery::memory::MemoryBroker;
-    /// use delivery::{Settle, Source, Unit};
+    /// use delivery::{transport::Settle, transport::Source, Unit};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let broker = MemoryBroker::new();
@@ -301,7 +301,7 @@ impl MemoryBroker {
     ///
     /// ```
     /// use delivery::memory::MemoryBroker;
-    /// use delivery::{Settle, Source, Unit};
+    /// use delivery::{transport::Settle, transport::Source, Unit};
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() {
     /// let broker = MemoryBroker::new();

@@ -50,7 +50,7 @@ use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit};
 /// ```no_run
 /// # async fn run() -> Result<(), delivery_core::TransportError> {
 /// use delivery_core::dead_letter::{DeadLetters, Selection};
-/// use delivery_core::kafka::{KafkaDeadLetters, KafkaTopology};
+/// use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
 ///
 /// let topology = KafkaTopology::new("orders", "billing");
 /// let dead_letters = KafkaDeadLetters::new("127.0.0.1:9092", &topology);

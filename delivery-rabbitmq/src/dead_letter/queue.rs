@@ -75,7 +75,7 @@ use delivery_core::dead_letter::DeadLetters;
 /// 1.4-4.6 s, on a loaded two-core machine).
 ///
 /// ```no_run
-/// # async fn run() -> Result<(), delivery::TransportError> {
+/// # async fn run() -> Result<(), delivery::transport::TransportError> {
 /// use delivery::dead_letter::{DeadLetters, Selection};
 /// use delivery::rabbitmq::{RabbitDeadLetters, RabbitTopology};
 /// use delivery::UnitId;

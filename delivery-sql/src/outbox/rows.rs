@@ -132,3 +132,88 @@ where
         last_error: row.try_get("last_error")?,
     })
 }
+
+/// [`DeadRecords`](delivery_core::outbox::DeadRecords) for an outbox store whose inherent
+/// `*_sql` methods hold its dialect's SQL (PostgreSQL's and SQLite's alike), each failure read as
+/// a [`TransportError`](delivery_core::transport::TransportError) naming what was being done; and
+/// the store as an [`AnyDeadLetters`](delivery_core::dead_letter::AnyDeadLetters).
+macro_rules! dead_records {
+    ($store:ty) => {
+        impl delivery_core::outbox::DeadRecords for $store {
+            async fn count_dead(&self) -> Result<u64, delivery_core::transport::TransportError> {
+                self.count_dead_sql()
+                    .await
+                    .map_err(crate::error::failed("counting dead records"))
+            }
+
+            async fn dead_after(
+                &self,
+                after: i64,
+                limit: i64,
+            ) -> Result<
+                Vec<(i64, delivery_core::outbox::StoredRecord)>,
+                delivery_core::transport::TransportError,
+            > {
+                self.dead_after_sql(after, limit)
+                    .await
+                    .map_err(crate::error::failed("listing dead records"))
+            }
+
+            /// Pending again under the same id, attempts back to 0, available now (the last
+            /// error stays for reference); relays are woken.
+            async fn requeue_dead(
+                &self,
+                ids: Option<&[delivery_core::outbox::RecordId]>,
+            ) -> Result<
+                Vec<delivery_core::outbox::RecordId>,
+                delivery_core::transport::TransportError,
+            > {
+                self.requeue_dead_sql(ids)
+                    .await
+                    .map_err(crate::error::failed("requeueing dead records"))
+            }
+
+            async fn dead_payload(
+                &self,
+                id: &delivery_core::outbox::RecordId,
+            ) -> Result<
+                Option<(bytes::Bytes, delivery_core::unit::Headers)>,
+                delivery_core::transport::TransportError,
+            > {
+                self.dead_payload_sql(id)
+                    .await
+                    .map_err(crate::error::failed("reading a dead record"))
+            }
+
+            /// Pending again as `requeue_dead` makes it, with the new payload and headers; relays
+            /// are woken.
+            async fn requeue_dead_edited(
+                &self,
+                id: &delivery_core::outbox::RecordId,
+                original: &[u8],
+                payload: &[u8],
+                headers: &delivery_core::unit::Headers,
+            ) -> Result<bool, delivery_core::transport::TransportError> {
+                self.requeue_dead_edited_sql(id, original, payload, headers)
+                    .await
+                    .map_err(crate::error::failed("requeueing an edited dead record"))
+            }
+
+            async fn delete_dead(
+                &self,
+                ids: &[delivery_core::outbox::RecordId],
+            ) -> Result<u64, delivery_core::transport::TransportError> {
+                self.delete_dead_sql(ids)
+                    .await
+                    .map_err(crate::error::failed("deleting dead records"))
+            }
+        }
+
+        impl From<$store> for delivery_core::dead_letter::AnyDeadLetters {
+            fn from(store: $store) -> Self {
+                delivery_core::dead_letter::AnyDeadLetters::new(store)
+            }
+        }
+    };
+}
+pub(crate) use dead_records;

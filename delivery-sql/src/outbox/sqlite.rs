@@ -9,9 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::SqlitePool;
 use sqlx::{AssertSqlSafe, Row};
 
-use delivery_core::outbox::{
-    Backlog, Claim, DeadRecords, Mark, Store, StoredRecord, Wakeups, until_idle,
-};
+use delivery_core::outbox::{Backlog, Claim, Mark, Store, StoredRecord, Wakeups, until_idle};
 use delivery_core::outbox::{Record, RecordId};
 use delivery_core::transport::TransportError;
 
@@ -293,70 +291,8 @@ impl Store for SqliteStore {
     }
 }
 
-/// The dead records, for [`DeadLetters`](delivery_core::DeadLetters) (see `dead_letters.rs`); the position
-/// is the record's `seq`.
-impl DeadRecords for SqliteStore {
-    async fn count_dead(&self) -> Result<u64, TransportError> {
-        self.count_dead_sql()
-            .await
-            .map_err(failed("counting dead records"))
-    }
-
-    async fn dead_after(
-        &self,
-        after: i64,
-        limit: i64,
-    ) -> Result<Vec<(i64, StoredRecord)>, TransportError> {
-        self.dead_after_sql(after, limit)
-            .await
-            .map_err(failed("listing dead records"))
-    }
-
-    /// Pending again under the same id, attempts back to 0, available now (the last error stays
-    /// for reference).
-    async fn requeue_dead(
-        &self,
-        ids: Option<&[RecordId]>,
-    ) -> Result<Vec<RecordId>, TransportError> {
-        self.requeue_dead_sql(ids)
-            .await
-            .map_err(failed("requeueing dead records"))
-    }
-
-    async fn dead_payload(
-        &self,
-        id: &RecordId,
-    ) -> Result<Option<(bytes::Bytes, delivery_core::unit::Headers)>, TransportError> {
-        self.dead_payload_sql(id)
-            .await
-            .map_err(failed("reading a dead record"))
-    }
-
-    /// Pending again as `requeue_dead` makes it, with the new payload and headers.
-    async fn requeue_dead_edited(
-        &self,
-        id: &RecordId,
-        original: &[u8],
-        payload: &[u8],
-        headers: &delivery_core::unit::Headers,
-    ) -> Result<bool, TransportError> {
-        self.requeue_dead_edited_sql(id, original, payload, headers)
-            .await
-            .map_err(failed("requeueing an edited dead record"))
-    }
-
-    async fn delete_dead(&self, ids: &[RecordId]) -> Result<u64, TransportError> {
-        self.delete_dead_sql(ids)
-            .await
-            .map_err(failed("deleting dead records"))
-    }
-}
-
-impl From<SqliteStore> for delivery_core::dead_letter::AnyDeadLetters {
-    fn from(store: SqliteStore) -> Self {
-        delivery_core::dead_letter::AnyDeadLetters::new(store)
-    }
-}
+// The dead records, for `DeadLetters`: the position is the record's `seq`.
+super::rows::dead_records!(SqliteStore);
 
 /// The SQL of the [`Store`] and [`DeadRecords`] methods, in sqlx's errors.
 impl SqliteStore {

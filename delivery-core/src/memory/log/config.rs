@@ -77,7 +77,7 @@ impl LogConfig {
     ///
     /// ```
     /// use delivery::memory::LogConfig;
-    /// use delivery::RedeliveryPolicy;
+    /// use delivery::disposition::RedeliveryPolicy;
     ///
     /// assert_eq!(LogConfig::default().delivery_bound(), RedeliveryPolicy::DEFAULT_MAX_DELIVERIES);
     /// ```

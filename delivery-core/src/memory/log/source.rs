@@ -27,7 +27,7 @@ use crate::unit::Unit;
 ///
 /// ```
 /// use delivery::memory::{LogConfig, MemoryBroker};
-/// use delivery::{Settle, Source, Unit};
+/// use delivery::{transport::Settle, transport::Source, Unit};
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let broker = MemoryBroker::new();
@@ -192,7 +192,7 @@ impl Drop for MemoryLogSource {
 ///
 /// ```
 /// use delivery::memory::MemoryBroker;
-/// use delivery::{Settle, Source, Unit};
+/// use delivery::{transport::Settle, transport::Source, Unit};
 /// use std::time::Duration;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
