@@ -21,7 +21,7 @@ use delivery_core::unit::Headers;
 /// # #[cfg(feature = "sqlite")]
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use delivery_core::outbox::{NewRecord, Outbox};
+/// use delivery::outbox::{NewRecord, Outbox};
 ///
 /// let pool = sqlx::SqlitePool::connect("sqlite::memory:").await?;
 /// let outbox = Outbox::new();
