@@ -158,7 +158,11 @@ impl Fixture for Rabbit {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_passes_the_conformance_suite() {
-    let rabbit = Rabbit::new().await;
+    passes_the_suite(Rabbit::new().await).await;
+}
+
+/// Every check of the suite, the console's included, then the queues removed.
+async fn passes_the_suite(rabbit: Rabbit) {
     conformance::run_all(&rabbit).await;
     conformance::operates_the_dead_letter_in_the_console(
         &rabbit,
@@ -172,14 +176,7 @@ async fn rabbitmq_passes_the_conformance_suite() {
 /// carrying it replaces each returned unit), and the suite passes unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_classic_queue_passes_the_conformance_suite() {
-    let rabbit = Rabbit::classic().await;
-    conformance::run_all(&rabbit).await;
-    conformance::operates_the_dead_letter_in_the_console(
-        &rabbit,
-        delivery_axum::admin::testing::console,
-    )
-    .await;
-    rabbit.cleanup().await;
+    passes_the_suite(Rabbit::classic().await).await;
 }
 
 /// Declaring against an existing queue with a different argument fails, naming the argument.
