@@ -1,12 +1,10 @@
-//! How a unit's run ended, counted into the run's [`Report`], and the lanes' handover of the
-//! next unit of its key.
+//! How a unit's run ended, counted into the run's [`Report`], with what its key's lane needs to
+//! hand over the next unit of the key.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::order::{Admitted, Lanes};
 use super::report::Report;
 use super::settle::Settled;
 use crate::unit::UnitId;
@@ -39,23 +37,6 @@ impl Done {
             key,
             returned: None,
         }
-    }
-}
-
-/// Counts a unit's run and queues in `ready` the unit its key's lane runs next, if one is.
-/// (Pushed only when there is one: `extend` with the `Option` moves a unit-sized value per unit.)
-#[inline]
-pub(super) fn hand_over<L>(
-    report: &mut Report,
-    lanes: &mut Option<Lanes<L>>,
-    done: Done,
-    ready: &mut VecDeque<Admitted<L>>,
-) {
-    count(report, done.settled);
-    if let (Some(lanes), Some(key)) = (lanes, done.key)
-        && let Some(next) = lanes.settled(key, done.returned)
-    {
-        ready.push_back(next);
     }
 }
 

@@ -1,5 +1,7 @@
 //! Where a unit's disposition is carried out: acknowledged, returned or dead-lettered. Every
-//! transport's units pass through [`apply!`], which also logs the disposition once and counts it.
+//! transport's units pass through the [`Settler`]'s three entry points, which also log each
+//! disposition once and count it; the transport's [`Settle`] primitives are composed in
+//! [`carry_out`] alone.
 
 use std::time::Duration;
 
@@ -33,18 +35,18 @@ pub(crate) enum Settled {
 
 /// Counters registered once per run, so the hot path only increments.
 #[derive(Clone)]
-pub(crate) struct Counters {
+struct Counters {
     acked: Counter,
     returned: Counter,
     malformed: Counter,
     rejected: Counter,
     exhausted: Counter,
     settle_failed: Counter,
-    pub(crate) observe: ConsumerObserver,
+    observe: ConsumerObserver,
 }
 
 impl Counters {
-    pub(crate) fn new(source: &str, health: &Health) -> Self {
+    fn new(source: &str, health: &Health) -> Self {
         let dead = |reason: ReasonKind| metrics::counter!(crate::observe::DEAD_LETTERED, "source" => source.to_owned(), "reason" => reason.as_str());
         Counters {
             acked: metrics::counter!(crate::observe::ACKED, "source" => source.to_owned()),
@@ -58,77 +60,189 @@ impl Counters {
     }
 }
 
-/// The disposition of a unit whose handler ended with `outcome`: [`decide`]'s answer. An applied
-/// unit is acknowledged without looking at the count or the policy (no backoff, no reason).
-#[inline]
-pub(crate) fn disposition(
-    outcome: &Outcome,
-    unit: &Unit,
-    policy: &RedeliveryPolicy,
-) -> Disposition {
-    match outcome {
-        Outcome::Applied => Disposition::Ack,
-        _ => decide(outcome, unit.delivery_count(), policy, unit.id().as_str()),
-    }
+/// The one place a consumer's units are settled: each unit ends through one of its three entry
+/// points, [`settle`](Settler::settle) (the handler ran), [`past_the_bound`](Settler::past_the_bound)
+/// (delivered more often than the bound allows: never run) and [`release`](Settler::release)
+/// (never run to its end: abandoned at shutdown, or given back to make room behind a held key).
+/// Each carries out the disposition through the transport's [`Settle`] primitives, then logs it
+/// once and counts it.
+pub(crate) struct Settler {
+    counters: Counters,
+    holds: Holds,
+    policy: RedeliveryPolicy,
 }
 
-/// Carries out `disposition` through the unit's handle, then logs and counts it:
-/// `apply!(handle, &unit, &outcome, &disposition, counters)` evaluates to the unit's [`Settled`],
-/// in an async context.
-///
-/// A macro rather than an `async fn`, so the caller's state machine awaits the transport's
-/// acknowledgement itself: a function here would add a state machine of its own, set up and torn
-/// down per unit. Everything but an acknowledgement goes through [`carry_out`] (or
-/// [`dead_letter_or_hold`]), boxed: those paths are rare and their futures are large, and inline
-/// they would make every unit's future larger — moved into its slot and dropped once per unit
-/// (1128 bytes before, 696 after, with the in-memory broker in `benches/runtime.rs`). A return or a
-/// dead letter costs an allocation beside a round trip to the broker.
-macro_rules! apply {
-    ($handle:expr, $unit:expr, $outcome:expr, $disposition:expr, $counters:expr, $holds:expr $(,)?) => {{
-        let (handle, unit, outcome, disposition) = ($handle, $unit, $outcome, $disposition);
-        match disposition {
-            $crate::disposition::Disposition::Ack => $crate::consumer::settle::record(
-                $crate::source::Settle::ack(handle, unit).await,
-                unit,
+impl Settler {
+    pub(crate) fn new(
+        source: &str,
+        health: &Health,
+        keep_alive: Option<KeepAlive>,
+        policy: RedeliveryPolicy,
+    ) -> Self {
+        Settler {
+            counters: Counters::new(source, health),
+            holds: Holds::new(keep_alive),
+            policy,
+        }
+    }
+
+    /// The consumer's health and metrics, as units arrive and their handlers end.
+    pub(crate) fn observe(&self) -> &ConsumerObserver {
+        &self.counters.observe
+    }
+
+    /// Whether `unit` was delivered more often than the bound allows: it goes to
+    /// [`past_the_bound`](Settler::past_the_bound), unrun.
+    #[inline]
+    pub(crate) fn is_past_the_bound(&self, unit: &Unit) -> bool {
+        unit.delivery_count().get() > self.policy.max_deliveries.get()
+    }
+
+    /// The disposition of a unit whose handler ended with `outcome`: [`decide`]'s answer. An
+    /// applied unit is acknowledged without looking at the count or the policy.
+    #[inline]
+    pub(crate) fn disposition(&self, outcome: &Outcome, unit: &Unit) -> Disposition {
+        match outcome {
+            Outcome::Applied => Disposition::Ack,
+            _ => decide(
                 outcome,
-                disposition,
-                $counters,
-            ),
-            $crate::disposition::Disposition::Return { after }
-                if !after.is_zero() && !$crate::consumer::settle::delays_redelivery(&handle) =>
-            {
-                $holds.hold(handle, unit, outcome, *after, $counters);
-                $crate::consumer::settle::Settled::Held
-            }
-            $crate::disposition::Disposition::DeadLetter(_)
-                if !$crate::consumer::settle::delays_redelivery(&handle) =>
-            {
-                ::std::boxed::Box::pin($crate::consumer::settle::dead_letter_or_hold(
-                    handle,
-                    unit,
-                    outcome,
-                    disposition,
-                    $counters,
-                    $holds,
-                ))
-                .await
-            }
-            _ => $crate::consumer::settle::record(
-                ::std::boxed::Box::pin($crate::consumer::settle::carry_out(
-                    handle,
-                    unit,
-                    disposition,
-                ))
-                .await,
-                unit,
-                outcome,
-                disposition,
-                $counters,
+                unit.delivery_count(),
+                &self.policy,
+                unit.id().as_str(),
             ),
         }
-    }};
+    }
+
+    /// Settles a unit whose handler ended with `outcome`, decided into `disposition`
+    /// ([`Settler::disposition`]). An acknowledgement is awaited inline; the rare paths, whose
+    /// futures are large, are boxed, so that they do not make every unit's future larger. A
+    /// return the mechanism cannot delay is held by the runtime for its wait
+    /// ([`Settled::Held`]).
+    pub(crate) async fn settle<L: Settle>(
+        &self,
+        handle: L,
+        unit: &Unit,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) -> Settled {
+        match disposition {
+            Disposition::Ack => {
+                let acked = handle.ack(unit).await;
+                self.record(acked, unit, outcome, disposition)
+            }
+            Disposition::Return { after } if !after.is_zero() && !L::DELAYS_REDELIVERY => {
+                self.holds
+                    .hold(handle, unit, outcome, *after, &self.counters);
+                Settled::Held
+            }
+            Disposition::DeadLetter(_) if !L::DELAYS_REDELIVERY => {
+                Box::pin(self.dead_letter_or_hold(handle, unit, outcome, disposition)).await
+            }
+            _ => {
+                let result = Box::pin(carry_out(handle, unit, disposition)).await;
+                self.record(result, unit, outcome, disposition)
+            }
+        }
+    }
+
+    /// Settles a unit delivered more often than the bound allows, never run: to the dead letter
+    /// as exhausted (rule 2). Its consumers crashed or stopped on every delivery, so no failure
+    /// was ever recorded.
+    #[cold]
+    pub(crate) async fn past_the_bound<L: Settle>(&self, handle: L, unit: &Unit) -> Settled {
+        let detail = format!(
+            "delivered {} times (bound {}) without being settled: its consumers stopped or crashed while handling it",
+            unit.delivery_count(),
+            self.policy.max_deliveries
+        );
+        let outcome = Outcome::Failed(detail.clone());
+        let disposition =
+            Disposition::DeadLetter(DeadLetterReason::new(ReasonKind::Exhausted, detail));
+        self.settle(handle, unit, &outcome, &disposition).await
+    }
+
+    /// Releases a unit that was not run to its end — without counting the delivery where the
+    /// mechanism allows ([`Settle::release`]): it did not fail — at once (`after` zero: abandoned
+    /// at the drain deadline, or waiting in its key's lane at shutdown), or held for `after`
+    /// first (given back to make room behind its key's returned unit, `order.rs`). Never
+    /// acknowledged.
+    #[cold]
+    pub(crate) async fn release<L: Settle>(
+        &self,
+        handle: L,
+        unit: &Unit,
+        after: Duration,
+        why: &'static str,
+    ) -> Settled {
+        if after.is_zero() {
+            return released(handle.release(unit).await, unit, why, &self.counters);
+        }
+        let counters = self.counters.clone();
+        self.holds
+            .spawn(handle, unit, after, Give::Release, move |result, unit| {
+                released(result, unit, why, &counters)
+            });
+        Settled::Held
+    }
+
+    /// Gives back at once every unit still held, waits until each was, and counts them all in
+    /// `report`: at the end of a run.
+    pub(crate) async fn release_held(&self, report: &mut super::report::Report) {
+        self.holds.release(report).await;
+    }
+
+    /// Dead-letters a unit of a mechanism that cannot delay a redelivery
+    /// ([`Settle::DELAYS_REDELIVERY`] is `false`): when the copy fails, the unit is held for
+    /// [`AFTER_A_FAILED_DEAD_LETTER`] before it is given back, so that a dead letter that keeps
+    /// failing does not become a hot loop, and the wait takes no place of the consumer's
+    /// concurrency.
+    async fn dead_letter_or_hold<L: Settle>(
+        &self,
+        mut handle: L,
+        unit: &Unit,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) -> Settled {
+        let Disposition::DeadLetter(reason) = disposition else {
+            unreachable!("only a dead letter comes here")
+        };
+        match handle.copy_to_dead_letter(unit, reason).await {
+            Ok(()) => {
+                let finished = finish_dead_lettered(handle, unit).await;
+                self.record(finished, unit, outcome, disposition)
+            }
+            Err(error) => {
+                let (outcome, disposition, counters) =
+                    (outcome.clone(), disposition.clone(), self.counters.clone());
+                self.holds.hold_then(
+                    handle,
+                    unit,
+                    AFTER_A_FAILED_DEAD_LETTER,
+                    move |returned, unit| {
+                        counters.record(
+                            Err(copy_failed(error, returned)),
+                            unit,
+                            &outcome,
+                            &disposition,
+                        )
+                    },
+                );
+                Settled::Held
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn record(
+        &self,
+        result: Result<(), TransportError>,
+        unit: &Unit,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) -> Settled {
+        self.counters.record(result, unit, outcome, disposition)
+    }
 }
-pub(crate) use apply;
 
 /// How long a unit whose dead-letter copy was not confirmed waits before it is delivered again.
 const AFTER_A_FAILED_DEAD_LETTER: Duration = Duration::from_secs(1);
@@ -170,53 +284,6 @@ pub(crate) async fn carry_out<H: Settle>(
     }
 }
 
-/// Dead-letters a unit of a mechanism that cannot delay a redelivery
-/// ([`Settle::DELAYS_REDELIVERY`] is `false`): when the copy fails, the unit is held by `holds`
-/// for [`AFTER_A_FAILED_DEAD_LETTER`] before it is given back, so that a dead letter that keeps
-/// failing does not become a hot loop, and the wait takes no place of the consumer's concurrency.
-#[cold]
-#[inline(never)]
-pub(crate) async fn dead_letter_or_hold<H: Settle>(
-    mut handle: H,
-    unit: &Unit,
-    outcome: &Outcome,
-    disposition: &Disposition,
-    counters: &Counters,
-    holds: &Holds,
-) -> Settled {
-    let Disposition::DeadLetter(reason) = disposition else {
-        unreachable!("only a dead letter comes here")
-    };
-    match handle.copy_to_dead_letter(unit, reason).await {
-        Ok(()) => record(
-            finish_dead_lettered(handle, unit).await,
-            unit,
-            outcome,
-            disposition,
-            counters,
-        ),
-        Err(error) => {
-            let (outcome, disposition, counters) =
-                (outcome.clone(), disposition.clone(), counters.clone());
-            holds.hold_then(
-                handle,
-                unit,
-                AFTER_A_FAILED_DEAD_LETTER,
-                move |returned, unit| {
-                    record(
-                        Err(copy_failed(error, returned)),
-                        unit,
-                        &outcome,
-                        &disposition,
-                        &counters,
-                    )
-                },
-            );
-            Settled::Held
-        }
-    }
-}
-
 /// The second step of a dead letter, once the copy is confirmed: the original finished.
 async fn finish_dead_lettered<H: Settle>(handle: H, unit: &Unit) -> Result<(), TransportError> {
     handle.finish_dead_lettered(unit).await.map_err(|error| {
@@ -244,28 +311,6 @@ fn copy_failed(error: TransportError, returned: Result<(), TransportError>) -> T
     )
 }
 
-/// The disposition of a unit that arrived past the bound (its consumers crashed or stopped on
-/// every delivery, so no failure was ever recorded): dead-lettered as exhausted before any handler
-/// runs, whatever the transport (rule 2).
-#[cold]
-pub(crate) fn past_the_bound(unit: &Unit, policy: &RedeliveryPolicy) -> (Outcome, Disposition) {
-    let detail = format!(
-        "delivered {} times (bound {}) without being settled: its consumers stopped or crashed while handling it",
-        unit.delivery_count(),
-        policy.max_deliveries
-    );
-    (
-        Outcome::Failed(detail.clone()),
-        Disposition::DeadLetter(DeadLetterReason::new(ReasonKind::Exhausted, detail)),
-    )
-}
-
-/// Whether `H`'s mechanism delays a redelivery itself ([`Settle::DELAYS_REDELIVERY`]).
-#[inline(always)]
-pub(crate) fn delays_redelivery<H: Settle>(_: &H) -> bool {
-    H::DELAYS_REDELIVERY
-}
-
 /// The returns the runtime holds for their wait, for a mechanism that cannot delay a redelivery
 /// itself ([`Settle::DELAYS_REDELIVERY`] is `false`), and the units given back to make room
 /// behind a held key (`order.rs`). Each waits in a task of its own, taking no place of the
@@ -276,7 +321,7 @@ pub(crate) fn delays_redelivery<H: Settle>(_: &H) -> bool {
 /// dropped), the tasks are aborted and their handles dropped unsettled: the mechanism
 /// redelivers those units.
 #[derive(Default)]
-pub(crate) struct Holds {
+struct Holds {
     held: Mutex<Held>,
     cut: CancellationToken,
     keep_alive: Option<KeepAlive>,
@@ -303,7 +348,7 @@ impl Holds {
     /// Holds that keep their units alive as `keep_alive` says ([`Source::keep_alive`]).
     ///
     /// [`Source::keep_alive`]: crate::Source::keep_alive
-    pub(crate) fn new(keep_alive: Option<KeepAlive>) -> Self {
+    fn new(keep_alive: Option<KeepAlive>) -> Self {
         Holds {
             keep_alive,
             ..Holds::default()
@@ -313,7 +358,7 @@ impl Holds {
     /// Holds `unit` for `after`, then gives it back through `handle` with a zero wait, recorded
     /// as the return it is.
     #[cold]
-    pub(crate) fn hold<H: Settle>(
+    fn hold<H: Settle>(
         &self,
         handle: H,
         unit: &Unit,
@@ -323,30 +368,7 @@ impl Holds {
     ) {
         let (outcome, counters) = (outcome.clone(), counters.clone());
         self.hold_then(handle, unit, after, move |result, unit| {
-            record(
-                result,
-                unit,
-                &outcome,
-                &Disposition::Return { after },
-                &counters,
-            )
-        });
-    }
-
-    /// Holds `unit`, given back to make room behind its key's returned unit (`order.rs`), for
-    /// `after`, then releases it — uncounted where the mechanism allows: it did not fail — and
-    /// records it returned.
-    #[cold]
-    pub(crate) fn make_room<H: Settle>(
-        &self,
-        handle: H,
-        unit: &Unit,
-        after: Duration,
-        counters: &Counters,
-    ) {
-        let counters = counters.clone();
-        self.spawn(handle, unit, after, Give::Release, move |result, unit| {
-            made_room(result, unit, &counters)
+            counters.record(result, unit, &outcome, &Disposition::Return { after })
         });
     }
 
@@ -399,7 +421,7 @@ impl Holds {
 
     /// Gives back at once every unit still held, waits until each was, and counts them all in
     /// `report`.
-    pub(crate) async fn release(&self, report: &mut super::report::Report) {
+    async fn release(&self, report: &mut super::report::Report) {
         self.cut.cancel();
         let mut held =
             std::mem::take(&mut *self.held.lock().unwrap_or_else(PoisonError::into_inner));
@@ -425,104 +447,108 @@ enum Give {
     Release,
 }
 
-/// Logs and counts a unit given back to make room behind its key's returned unit.
+/// Logs and counts a released unit ([`Settler::release`]).
 #[cold]
-fn made_room(result: Result<(), TransportError>, unit: &Unit, counters: &Counters) -> Settled {
+fn released(
+    result: Result<(), TransportError>,
+    unit: &Unit,
+    why: &'static str,
+    counters: &Counters,
+) -> Settled {
     let id = unit.id().as_str();
     match result {
         Ok(()) => {
             counters.returned.increment(1);
-            tracing::debug!(
-                unit.id = id,
-                "given back unstarted, to make room behind its key's returned unit"
-            );
+            tracing::info!(unit.id = id, why, "released for redelivery, unsettled");
             Settled::Returned
         }
         Err(error) => {
             counters.settle_failed.increment(1);
-            tracing::error!(unit.id = id, %error,
-                "could not give back the unit; the broker will deliver it again");
+            tracing::error!(unit.id = id, why, %error,
+                "could not release the unit; the broker will deliver it again");
             Settled::Failed
         }
     }
 }
 
-/// Logs the disposition once and counts it. A carried-out acknowledgement, the common case, is
-/// handled inline; everything else (with its larger log records) out of line.
-#[inline(always)]
-pub(crate) fn record(
-    result: Result<(), TransportError>,
-    unit: &Unit,
-    outcome: &Outcome,
-    disposition: &Disposition,
-    counters: &Counters,
-) -> Settled {
-    match result {
-        Ok(()) if matches!(disposition, Disposition::Ack) => acked(unit, counters),
-        result => record_other(result, unit, outcome, disposition, counters),
-    }
-}
-
-#[inline(always)]
-fn acked(unit: &Unit, counters: &Counters) -> Settled {
-    counters.acked.increment(1);
-    tracing::debug!(
-        unit.id = unit.id().as_str(),
-        delivery_count = unit.delivery_count().get(),
-        disposition = "ack",
-        "unit applied"
-    );
-    Settled::Acked
-}
-
-#[inline(never)]
-fn record_other(
-    result: Result<(), TransportError>,
-    unit: &Unit,
-    outcome: &Outcome,
-    disposition: &Disposition,
-    counters: &Counters,
-) -> Settled {
-    let id = unit.id().as_str();
-    let count = unit.delivery_count().get();
-    if let Err(error) = result {
-        counters.settle_failed.increment(1);
-        tracing::error!(unit.id = id, delivery_count = count, ?disposition, %error,
-            "could not settle the unit; the broker will deliver it again");
-        return Settled::Failed;
-    }
-    match disposition {
-        Disposition::Ack => acked(unit, counters),
-        Disposition::Return { after } => {
-            counters.returned.increment(1);
-            let error = outcome.error();
-            tracing::warn!(
-                unit.id = id,
-                delivery_count = count,
-                disposition = "return",
-                backoff_ms = duration_ms(*after),
-                error,
-                "unit failed; returned for redelivery"
-            );
-            Settled::Returned
+impl Counters {
+    /// Logs the disposition once and counts it. A carried-out acknowledgement, the common case,
+    /// is handled inline; everything else (with its larger log records) out of line.
+    #[inline(always)]
+    fn record(
+        &self,
+        result: Result<(), TransportError>,
+        unit: &Unit,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) -> Settled {
+        match result {
+            Ok(()) if matches!(disposition, Disposition::Ack) => self.acked(unit),
+            result => self.record_other(result, unit, outcome, disposition),
         }
-        Disposition::DeadLetter(reason) => {
-            match reason.kind() {
-                ReasonKind::Malformed => &counters.malformed,
-                ReasonKind::Rejected => &counters.rejected,
-                ReasonKind::Exhausted => &counters.exhausted,
+    }
+
+    #[inline(always)]
+    fn acked(&self, unit: &Unit) -> Settled {
+        self.acked.increment(1);
+        tracing::debug!(
+            unit.id = unit.id().as_str(),
+            delivery_count = unit.delivery_count().get(),
+            disposition = "ack",
+            "unit applied"
+        );
+        Settled::Acked
+    }
+
+    #[inline(never)]
+    fn record_other(
+        &self,
+        result: Result<(), TransportError>,
+        unit: &Unit,
+        outcome: &Outcome,
+        disposition: &Disposition,
+    ) -> Settled {
+        let id = unit.id().as_str();
+        let count = unit.delivery_count().get();
+        if let Err(error) = result {
+            self.settle_failed.increment(1);
+            tracing::error!(unit.id = id, delivery_count = count, ?disposition, %error,
+                "could not settle the unit; the broker will deliver it again");
+            return Settled::Failed;
+        }
+        match disposition {
+            Disposition::Ack => self.acked(unit),
+            Disposition::Return { after } => {
+                self.returned.increment(1);
+                let error = outcome.error();
+                tracing::warn!(
+                    unit.id = id,
+                    delivery_count = count,
+                    disposition = "return",
+                    backoff_ms = duration_ms(*after),
+                    error,
+                    "unit failed; returned for redelivery"
+                );
+                Settled::Returned
             }
-            .increment(1);
-            counters.observe.dead_lettered();
-            tracing::error!(
-                unit.id = id,
-                delivery_count = count,
-                disposition = "dead-letter",
-                reason = reason.kind().as_str(),
-                detail = reason.detail(),
-                "unit moved to the dead letter"
-            );
-            Settled::DeadLettered
+            Disposition::DeadLetter(reason) => {
+                match reason.kind() {
+                    ReasonKind::Malformed => &self.malformed,
+                    ReasonKind::Rejected => &self.rejected,
+                    ReasonKind::Exhausted => &self.exhausted,
+                }
+                .increment(1);
+                self.observe.dead_lettered();
+                tracing::error!(
+                    unit.id = id,
+                    delivery_count = count,
+                    disposition = "dead-letter",
+                    reason = reason.kind().as_str(),
+                    detail = reason.detail(),
+                    "unit moved to the dead letter"
+                );
+                Settled::DeadLettered
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures_util::stream::Stream;
 
 use super::record::{Record, RecordId};
-use crate::disposition::DeadLetterReason;
+use crate::disposition::{DeadLetterReason, Disposition, Outcome};
 use crate::transport_error::TransportError;
 
 /// A claim: up to `limit` records, leased to `owner` for `lease`.
@@ -56,6 +56,20 @@ pub enum Mark {
 }
 
 impl Mark {
+    /// The mark of an attempt that ended with `outcome`, decided into `disposition` by
+    /// [`decide`](crate::disposition::decide), as a consumer's unit is.
+    pub(crate) fn of(id: RecordId, disposition: Disposition, outcome: &Outcome) -> Mark {
+        match disposition {
+            Disposition::Ack => Mark::Delivered(id),
+            Disposition::Return { after } => Mark::Retry {
+                id,
+                error: outcome.error().to_owned(),
+                after,
+            },
+            Disposition::DeadLetter(reason) => Mark::Dead { id, reason },
+        }
+    }
+
     /// The record this mark is for.
     pub fn id(&self) -> &RecordId {
         match self {

@@ -13,9 +13,7 @@ use tracing::Instrument;
 
 use super::super::record::{Attempt, Record, Relay};
 use super::super::store::Mark;
-use crate::disposition::{
-    DeadLetterReason, Disposition, Outcome, ReasonKind, RedeliveryPolicy, decide,
-};
+use crate::disposition::{DeadLetterReason, Outcome, ReasonKind, RedeliveryPolicy, decide};
 use crate::runtime;
 use crate::unit::DeliveryCount;
 
@@ -82,13 +80,10 @@ pub(super) fn start<S, R: Relay<S>>(
                 }
             }
         };
+        // A receipt naming the record is the one applied outcome; everything else is decided
+        // as a consumer's failure is.
         let outcome = match result {
-            Ok(Attempt::Delivered(receipt)) if receipt.record() == record.id() => {
-                return Finished {
-                    mark: Mark::Delivered(record.id().clone()),
-                    attempt,
-                };
-            }
+            Ok(Attempt::Delivered(receipt)) if receipt.record() == record.id() => Outcome::Applied,
             Ok(Attempt::Delivered(receipt)) => Outcome::Failed(format!(
                 "the receipt names record {}, not {}",
                 receipt.record(),
@@ -99,26 +94,10 @@ pub(super) fn start<S, R: Relay<S>>(
             Ok(Attempt::Malformed(malformed)) => Outcome::Malformed(malformed.to_string()),
             Err(outcome) => outcome,
         };
-        let id = record.id().clone();
-        let mark = match decide(
-            &outcome,
-            DeliveryCount::new(attempt),
-            &attempts.policy,
-            id.as_str(),
-        ) {
-            Disposition::Return { after } => Mark::Retry {
-                id,
-                error: outcome.error().to_owned(),
-                after,
-            },
-            Disposition::DeadLetter(reason) => Mark::Dead { id, reason },
-            // `decide` acknowledges only an applied outcome, which is handled above.
-            Disposition::Ack => Mark::Retry {
-                id,
-                error: "unexpected acknowledgement".into(),
-                after: Duration::ZERO,
-            },
-        };
+        let id = record.id();
+        let count = DeliveryCount::new(attempt);
+        let disposition = decide(&outcome, count, &attempts.policy, id.as_str());
+        let mark = Mark::of(id.clone(), disposition, &outcome);
         Finished { mark, attempt }
     };
     Box::pin(attempt_run.instrument(span))
