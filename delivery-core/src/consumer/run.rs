@@ -106,9 +106,12 @@ where
             shutdown: &mut shutdown,
             settler: &settler,
             report: &mut report,
+            drain_deadline,
+            abandon: &abandon,
+            stopped: false,
         };
         receiving.until_shutdown().await;
-        receiving.drain(drain_deadline, &abandon).await;
+        receiving.drain().await;
         settler.release_held(&mut report).await;
     };
     // The drain deadline bounds everything after the signal, settles included: past it and a
@@ -155,6 +158,11 @@ struct Loop<'a, Src: Source, P, F> {
     shutdown: &'a mut Shutdown,
     settler: &'a Settler,
     report: &'a mut Report,
+    drain_deadline: Duration,
+    /// Cancelled at the drain deadline: each run still waiting releases its unit.
+    abandon: &'a CancellationToken,
+    /// The source was stopped (by a run awaited in place, at the shutdown signal).
+    stopped: bool,
 }
 
 impl<Src, P, F> Loop<'_, Src, P, F>
@@ -223,10 +231,27 @@ where
                     }
                 }
             };
+            let stamp_health = self.pace.stamp_arrival();
+            if self.capacity == 1 && self.lanes.is_none() {
+                // One at a time: nothing runs beside the unit, so its run never has to move to
+                // the set, and is awaited in place, in the loop's own state, rather than copied
+                // into the slot (`runtime`, concurrency 1: `benches/README.md`).
+                let mut run = pin!((self.process)(unit, handle, key, stamp_health));
+                let done = match PollOnce(run.as_mut()).await {
+                    Poll::Ready(done) => done,
+                    Poll::Pending => Box::pin(self.wait_in_place(run)).await,
+                };
+                self.done(done);
+                if self.stopped {
+                    return;
+                }
+                continue;
+            }
             // The unit's run, polled once in the slot: done at once, or moved to the set in
             // flight. (Here rather than in a method of its own: an `async fn` would move the
             // unit once more.)
-            self.start(unit, handle, key);
+            self.slot
+                .set(Some((self.process)(unit, handle, key, stamp_health)));
             let run = self
                 .slot
                 .as_mut()
@@ -255,16 +280,32 @@ where
         }
     }
 
-    /// Starts a unit's run in the slot.
-    #[inline(always)]
-    fn start(&mut self, unit: Unit, handle: Src::Handle, key: Option<Bytes>) {
-        let stamp_health = self.pace.stamp_arrival();
-        self.slot
-            .set(Some((self.process)(unit, handle, key, stamp_health)));
+    /// A run awaited in place (one at a time) that did not complete on its first poll: awaited
+    /// until it completes, or until the shutdown signal, which stops the source and starts the
+    /// drain deadline, past which the run is abandoned (and releases its unit).
+    async fn wait_in_place(&mut self, mut run: Pin<&mut F>) -> Done {
+        self.pace.waited = true;
+        tokio::select! {
+            done = run.as_mut() => return done,
+            () = &mut *self.shutdown => {}
+        }
+        self.stopped = true;
+        tracing::info!(
+            source = self.source.name(),
+            in_flight = 1,
+            "consumer stopping"
+        );
+        self.source.stop().await;
+        let deadline = tokio::time::sleep(self.drain_deadline);
+        tokio::select! {
+            done = run.as_mut() => return done,
+            () = deadline => self.drain_deadline_passed(),
+        }
+        run.await
     }
 
     /// A unit's run done: counted, and the next unit of its key (if one waits) made ready.
-    #[inline]
+    #[inline(always)]
     fn done(&mut self, done: Done) {
         count(self.report, done.settled);
         if let (Some(lanes), Some(key)) = (&mut self.lanes, done.key)
@@ -311,15 +352,17 @@ where
     /// abandoned). Units waiting in a lane were never started: released once the source stopped,
     /// so that they go to another consumer and not back to this one on its way out (counted
     /// twice).
-    async fn drain(&mut self, drain_deadline: Duration, abandon: &CancellationToken) {
+    async fn drain(&mut self) {
         let waiting = self.lanes.as_mut().map(Lanes::drain).unwrap_or_default();
-        tracing::info!(
-            source = self.source.name(),
-            in_flight = self.inflight.len(),
-            waiting = waiting.len(),
-            "consumer stopping"
-        );
-        self.source.stop().await;
+        if !self.stopped {
+            tracing::info!(
+                source = self.source.name(),
+                in_flight = self.inflight.len(),
+                waiting = waiting.len(),
+                "consumer stopping"
+            );
+            self.source.stop().await;
+        }
         for (unit, handle) in waiting {
             let settled = self
                 .settler
@@ -332,7 +375,7 @@ where
                 .await;
             count(self.report, settled);
         }
-        let mut deadline = pin!(tokio::time::sleep(drain_deadline));
+        let mut deadline = pin!(tokio::time::sleep(self.drain_deadline));
         let mut abandoned = false;
         loop {
             tokio::select! {
@@ -342,7 +385,7 @@ where
                 },
                 () = &mut deadline, if !abandoned => {
                     abandoned = true;
-                    self.drain_deadline_passed(abandon);
+                    self.drain_deadline_passed();
                 }
             }
         }
@@ -351,13 +394,13 @@ where
     /// The drain deadline passed: the units still in flight are abandoned, each released by its
     /// own run.
     #[cold]
-    fn drain_deadline_passed(&self, abandon: &CancellationToken) {
+    fn drain_deadline_passed(&self) {
         tracing::warn!(
             source = self.source.name(),
-            in_flight = self.inflight.len(),
+            in_flight = self.inflight.len().max(1),
             "drain deadline passed; returning the units still in flight"
         );
-        abandon.cancel();
+        self.abandon.cancel();
     }
 }
 
@@ -414,6 +457,7 @@ impl<F: Future> Future for InFlight<F> {
 /// An `async` block rather than an `async fn`: an `async fn` moves its arguments once more, into
 /// its body's own locals, and a unit is large.
 #[allow(clippy::manual_async_fn)]
+#[inline(always)]
 fn process<'a, S, H, L>(
     unit: Unit,
     mut handle: L,

@@ -3,6 +3,9 @@
 //! disposition once and count it; the transport's [`Settle`] primitives are composed in
 //! [`carry_out`] alone.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use std::sync::{Mutex, PoisonError};
@@ -114,34 +117,51 @@ impl Settler {
     }
 
     /// Settles a unit whose handler ended with `outcome`, decided into `disposition`
-    /// ([`Settler::disposition`]). An acknowledgement is awaited inline; the rare paths, whose
-    /// futures are large, are boxed, so that they do not make every unit's future larger. A
-    /// return the mechanism cannot delay is held by the runtime for its wait
-    /// ([`Settled::Held`]).
-    pub(crate) async fn settle<L: Settle>(
-        &self,
+    /// ([`Settler::disposition`]). An acknowledgement is polled by [`Settling`] itself, inline in
+    /// the unit's run; the rare paths, whose futures are large, are boxed, so that they do not
+    /// make every unit's future larger. A return the mechanism cannot delay is held by the
+    /// runtime for its wait ([`Settled::Held`]).
+    #[inline(always)]
+    pub(crate) fn settle<'a, L: Settle + 'a>(
+        &'a self,
         handle: L,
-        unit: &Unit,
-        outcome: &Outcome,
-        disposition: &Disposition,
-    ) -> Settled {
-        match disposition {
-            Disposition::Ack => {
-                let acked = handle.ack(unit).await;
-                self.record(acked, unit, outcome, disposition)
-            }
+        unit: &'a Unit,
+        outcome: &'a Outcome,
+        disposition: &'a Disposition,
+    ) -> Settling<'a, impl Future<Output = Result<(), TransportError>> + Send + 'a> {
+        let (ack, other) = match disposition {
+            Disposition::Ack => (Some(handle.ack(unit)), None),
             Disposition::Return { after } if !after.is_zero() && !L::DELAYS_REDELIVERY => {
                 self.holds
                     .hold(handle, unit, outcome, *after, &self.counters);
-                Settled::Held
+                return Settling::Held;
             }
-            Disposition::DeadLetter(_) if !L::DELAYS_REDELIVERY => {
-                Box::pin(self.dead_letter_or_hold(handle, unit, outcome, disposition)).await
-            }
-            _ => {
-                let result = Box::pin(carry_out(handle, unit, disposition)).await;
-                self.record(result, unit, outcome, disposition)
-            }
+            Disposition::DeadLetter(_) if !L::DELAYS_REDELIVERY => (
+                None,
+                Some(
+                    Box::pin(self.dead_letter_or_hold(handle, unit, outcome, disposition))
+                        as Pin<Box<dyn Future<Output = Settled> + Send + 'a>>,
+                ),
+            ),
+            _ => (
+                None,
+                Some(Box::pin(async move {
+                    let result = carry_out(handle, unit, disposition).await;
+                    self.record(result, unit, outcome, disposition)
+                })
+                    as Pin<Box<dyn Future<Output = Settled> + Send + 'a>>),
+            ),
+        };
+        match (ack, other) {
+            (Some(ack), _) => Settling::Ack {
+                ack,
+                settler: self,
+                unit,
+                outcome,
+                disposition,
+            },
+            (None, Some(other)) => Settling::Other { other },
+            (None, None) => unreachable!("every disposition settles one way"),
         }
     }
 
@@ -241,6 +261,50 @@ impl Settler {
         disposition: &Disposition,
     ) -> Settled {
         self.counters.record(result, unit, outcome, disposition)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A unit being settled ([`Settler::settle`]): its acknowledgement, polled right here (the
+    /// common case: a plain future whose poll is inlined into the unit's run, with no state machine
+    /// of its own), or a rare path, boxed.
+    #[must_use = "a unit is settled only when this is awaited"]
+    #[project = SettlingNow]
+    pub(crate) enum Settling<'a, A> {
+        Ack {
+            #[pin]
+            ack: A,
+            settler: &'a Settler,
+            unit: &'a Unit,
+            outcome: &'a Outcome,
+            disposition: &'a Disposition,
+        },
+        Other { other: Pin<Box<dyn Future<Output = Settled> + Send + 'a>> },
+        Held,
+    }
+}
+
+impl<A> Future for Settling<'_, A>
+where
+    A: Future<Output = Result<(), TransportError>>,
+{
+    type Output = Settled;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Settled> {
+        match self.project() {
+            SettlingNow::Ack {
+                ack,
+                settler,
+                unit,
+                outcome,
+                disposition,
+            } => ack
+                .poll(cx)
+                .map(|result| settler.record(result, unit, outcome, disposition)),
+            SettlingNow::Other { other } => other.as_mut().poll(cx),
+            SettlingNow::Held => Poll::Ready(Settled::Held),
+        }
     }
 }
 
