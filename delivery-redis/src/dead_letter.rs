@@ -376,7 +376,7 @@ impl DeadLetters for RedisDeadLetters {
     }
 }
 
-/// A redrive's primitives: a [`Scan`] of the entries present when it starts, `XADD` back to the
+/// A redrive's primitives: a scan of the entries present when it starts, `XADD` back to the
 /// source, `XDEL` of the dead-letter entry.
 impl RedriveLog for RedisDeadLetters {
     type Pass = Scan;
