@@ -27,6 +27,7 @@
 use std::time::Duration;
 
 use delivery::Consumer;
+use delivery::dead_letter::DeadLetters;
 use delivery::kafka::{KafkaDeadLetters, KafkaSource, KafkaTopology};
 use sqlx::postgres::PgPoolOptions;
 

@@ -22,6 +22,7 @@
 use std::time::Duration;
 
 use delivery::Consumer;
+use delivery::dead_letter::DeadLetters;
 use delivery::nats::{NatsDeadLetters, NatsSource, NatsTopology};
 use sqlx::postgres::PgPoolOptions;
 

@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use delivery::dead_letter::DeadLetters;
 use delivery::redis::{RedisDeadLetters, RedisSource, RedisTopology};
 use delivery::{Consumer, HandlerError, Json, State, consumer};
 use redis::aio::ConnectionManager;

@@ -10,12 +10,14 @@
 //! written with from the files that define it.
 
 pub use crate::source::{KeepAlive, Settle, Source};
-pub use crate::transport_error::{TransportError, TransportErrorKind, io_kind, kind_of};
+pub use crate::transport_error::{
+    ClientErrors, TransportError, TransportErrorKind, io_kind, kind_of,
+};
 
 // What a transport is written with, beside `Source` and `Settle`: the dead letter's stamp
 // (`edit_headers` for an edited redrive), its depth gauge and its list cursors, and the pacing of
 // reconnects.
 pub use crate::dead_letter::cursor::parse as parse_cursor;
-pub use crate::dead_letter::depth::{record as record_depth, watch as watch_depth};
+pub use crate::dead_letter::depth::record as record_depth;
 pub use crate::dead_letter::edit_headers;
 pub use crate::pace::Retry;

@@ -119,6 +119,50 @@ impl TransportError {
     }
 }
 
+/// A transport's reading of its own client's errors: what each adapter's `error.rs` writes (the
+/// kind of one of its client's errors, beside that client). Making a [`TransportError`] of an
+/// error and reading the kind of a chain of causes are the same for every client: they are here.
+///
+/// ```
+/// use std::error::Error;
+/// use delivery_core::transport::{ClientErrors, TransportErrorKind};
+///
+/// fn kind(error: &(dyn Error + 'static)) -> Option<TransportErrorKind> {
+///     error.is::<std::fmt::Error>().then_some(TransportErrorKind::Refused)
+/// }
+/// const FMT: ClientErrors = ClientErrors::new(kind);
+///
+/// let error = FMT.error("writing", std::fmt::Error);
+/// assert_eq!(error.kind(), TransportErrorKind::Refused);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ClientErrors {
+    kind: fn(&(dyn StdError + 'static)) -> Option<TransportErrorKind>,
+}
+
+impl ClientErrors {
+    /// A client whose errors `kind` reads: the kind of one cause where it is one of this client's
+    /// errors, `None` otherwise.
+    pub const fn new(kind: fn(&(dyn StdError + 'static)) -> Option<TransportErrorKind>) -> Self {
+        ClientErrors { kind }
+    }
+
+    /// A failure while doing `context`, caused by `source`, of the kind its chain of causes says
+    /// ([`TransportError::classified`] with this client's reading).
+    pub fn error(
+        &self,
+        context: &'static str,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> TransportError {
+        TransportError::classified(context, source, self.kind)
+    }
+
+    /// The kind of `error`, this client's errors read anywhere in its chain of causes.
+    pub fn kind_of(&self, error: &(dyn StdError + 'static)) -> TransportErrorKind {
+        kind_of(error, self.kind)
+    }
+}
+
 /// The kind of `error` as [`TransportError::new`] reads it (a [`TransportError`] or a
 /// `std::io::Error` anywhere in its chain of causes), asking `client` first at each cause: a
 /// transport passes the reading of its own client's errors, so each client's errors are known

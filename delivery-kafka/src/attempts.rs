@@ -59,7 +59,7 @@ impl Attempts {
             .set("auto.offset.reset", "earliest")
             .set("fetch.wait.max.ms", "10")
             .create()
-            .map_err(|e| crate::error::transport_error("creating the Kafka attempts reader", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("creating the Kafka attempts reader", e))?;
         Ok(Attempts {
             topic,
             reader: Mutex::new(reader),
@@ -77,16 +77,16 @@ impl Attempts {
         let reader = lock(&self.reader);
         let (low, high) = reader
             .fetch_watermarks(&self.topic, place, TIMEOUT)
-            .map_err(|e| crate::error::transport_error("reading the attempts topic's end", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("reading the attempts topic's end", e))?;
         if high <= low {
             return Ok(None);
         }
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(&self.topic, place, Offset::Offset(high - 1))
-            .map_err(|e| crate::error::transport_error("reading the attempts topic", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("reading the attempts topic", e))?;
         reader
             .assign(&list)
-            .map_err(|e| crate::error::transport_error("reading the attempts topic", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("reading the attempts topic", e))?;
         let deadline = Instant::now() + TIMEOUT;
         let found = loop {
             match reader.poll(Duration::from_millis(100)) {
@@ -95,10 +95,7 @@ impl Attempts {
                 }
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
-                    break Err(crate::error::transport_error(
-                        "reading the attempts topic",
-                        e,
-                    ));
+                    break Err(crate::error::RDKAFKA.error("reading the attempts topic", e));
                 }
                 None if Instant::now() >= deadline => {
                     break Err(TransportError::msg(
@@ -159,7 +156,7 @@ impl Attempts {
             .await
             .map(|_| ())
             .map_err(|(e, _)| {
-                crate::error::transport_error("recording a delivery in the attempts topic", e)
+                crate::error::RDKAFKA.error("recording a delivery in the attempts topic", e)
             })
     }
 }

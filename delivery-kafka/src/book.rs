@@ -230,11 +230,11 @@ impl Book {
         for &((log, partition), offset) in owed {
             let offset = Offset::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
             list.add_partition_offset(self.topic(log), partition, offset)
-                .map_err(|e| crate::error::transport_error("listing offsets to commit", e))?;
+                .map_err(|e| crate::error::RDKAFKA.error("listing offsets to commit", e))?;
         }
         consumer
             .commit(&list, CommitMode::Sync)
-            .map_err(|e| crate::error::transport_error("committing offsets", e))
+            .map_err(|e| crate::error::RDKAFKA.error("committing offsets", e))
     }
 
     /// A rebalance takes `list` away: commit what is final for each partition, then forget it.

@@ -1,19 +1,14 @@
-//! rdkafka's errors as [`TransportError`]s: the one place that knows this client's errors.
+//! rdkafka's errors as `TransportError`s: the one place that knows this client's errors.
 
 use std::error::Error as StdError;
 
-use delivery_core::transport::{TransportError, TransportErrorKind as Kind};
+use delivery_core::transport::{ClientErrors, TransportErrorKind as Kind};
 
-/// A client error a [`TransportError`] can hold.
-pub(crate) trait Error: StdError + Send + Sync + 'static {}
-impl<E: StdError + Send + Sync + 'static> Error for E {}
+/// rdkafka's errors: `RDKAFKA.error(context, source)` is a failure while doing `context`, caused by
+/// `source`, of the kind its chain of causes says.
+pub(crate) const RDKAFKA: ClientErrors = ClientErrors::new(kind);
 
-/// A failure while doing `context`, caused by `source`, of the kind its chain of causes says.
-pub(crate) fn transport_error(context: &'static str, source: impl Error) -> TransportError {
-    TransportError::classified(context, source, one)
-}
-
-fn one(error: &(dyn StdError + 'static)) -> Option<Kind> {
+fn kind(error: &(dyn StdError + 'static)) -> Option<Kind> {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
     let error = error.downcast_ref::<KafkaError>()?;
     if let KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) = error {

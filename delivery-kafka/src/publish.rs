@@ -15,7 +15,7 @@ pub(super) fn confirmed(config: &mut ClientConfig) -> Result<FutureProducer, Tra
         .set("acks", "all")
         .set("request.required.acks", "all")
         .create()
-        .map_err(|e| crate::error::transport_error("creating the Kafka producer", e))
+        .map_err(|e| crate::error::RDKAFKA.error("creating the Kafka producer", e))
 }
 
 /// A confirmed producer from `config` (the common client configuration, see

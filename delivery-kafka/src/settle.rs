@@ -3,6 +3,7 @@
 //! dead-letter topic. `consumer::settle` decides when each runs.
 
 use bytes::Bytes;
+use delivery_core::dead_letter::DeadLetterStamp;
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::Retry;
 use delivery_core::transport::{Settle, TransportError};
@@ -108,10 +109,8 @@ impl KafkaHandle {
                 Ok(_) => return Ok(()),
                 Err((error, _)) => {
                     if !self.is_current() {
-                        return Err(crate::error::transport_error(
-                            "publishing to Kafka (partition revoked meanwhile)",
-                            error,
-                        ));
+                        return Err(crate::error::RDKAFKA
+                            .error("publishing to Kafka (partition revoked meanwhile)", error));
                     }
                     let pause = retry.failed();
                     tracing::warn!(topic, %error, retry_in_ms = pause.as_millis() as u64,
@@ -176,17 +175,14 @@ impl Settle for KafkaHandle {
         unit: &Unit,
         reason: &DeadLetterReason,
     ) -> Result<(), TransportError> {
-        let count = unit.delivery_count().get().to_string();
-        let headers = self
-            .carrying(unit, unit.delivery_count())
-            .insert(text(
-                delivery_core::headers::DEAD_LETTER_REASON,
-                reason.kind().as_str(),
-            ))
-            .insert(text(
-                delivery_core::headers::DEAD_LETTER_DETAIL,
-                reason.detail(),
-            ))
+        // Where it came from is in the three source headers below, not the stamp's one.
+        let stamp = DeadLetterStamp::new(reason, None, unit.delivery_count()).headers();
+        let headers = stamp
+            .iter()
+            .fold(
+                self.carrying(unit, unit.delivery_count()),
+                |headers, (name, value)| headers.insert(text(name, value)),
+            )
             .insert(text(
                 delivery_core::headers::DEAD_LETTER_SOURCE_TOPIC,
                 &self.origin.topic,
@@ -198,10 +194,6 @@ impl Settle for KafkaHandle {
             .insert(text(
                 delivery_core::headers::DEAD_LETTER_SOURCE_OFFSET,
                 &self.origin.offset.to_string(),
-            ))
-            .insert(text(
-                delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT,
-                &count,
             ));
         let topic = self.shared.dead_letter_topic.clone();
         self.publish(&topic, unit.payload(), headers).await

@@ -409,7 +409,7 @@ impl KafkaTopology {
         let admin: AdminClient<DefaultClientContext> = self
             .client_config(brokers)
             .create()
-            .map_err(|e| crate::error::transport_error("connecting the Kafka admin client", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("connecting the Kafka admin client", e))?;
         let replication = || TopicReplication::Fixed(self.replication.max(1));
         let removed = self.removed_topic_name();
         let attempts = self.attempts_topic_name();
@@ -444,7 +444,7 @@ impl KafkaTopology {
         let results = admin
             .create_topics(&topics, &options)
             .await
-            .map_err(|e| crate::error::transport_error("creating the Kafka topics", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("creating the Kafka topics", e))?;
         let mut existing = Vec::new();
         for result in results {
             match result {
@@ -502,7 +502,7 @@ impl KafkaTopology {
         let described = admin
             .describe_configs(&specifiers, options)
             .await
-            .map_err(|e| crate::error::transport_error(DOING, e))?;
+            .map_err(|e| crate::error::RDKAFKA.error(DOING, e))?;
         let mut shorts = Vec::new();
         for ((name, ms, bytes), result) in topics.iter().zip(described) {
             let config = result.map_err(|code| {

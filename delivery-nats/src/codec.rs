@@ -4,6 +4,7 @@ use async_nats::HeaderMap;
 use async_nats::header::{HeaderValue, NATS_MESSAGE_ID};
 use bytes::Bytes;
 
+use delivery_core::dead_letter::DeadLetterStamp;
 use delivery_core::unit::{Headers, Stamp, UnitId};
 
 /// The unit's id: its producer's `Nats-Msg-Id`, else `<stream>:<sequence>`.
@@ -97,12 +98,10 @@ pub(crate) fn text(s: &str) -> HeaderValue {
 
 /// Where a unit came from and why it is dead-lettered: the dead letter's own headers.
 pub(crate) struct DeadLetterOrigin<'a> {
-    pub(crate) reason: &'a str,
-    pub(crate) detail: &'a str,
-    pub(crate) stream: &'a str,
+    /// Why, from which stream, on which delivery.
+    pub(crate) stamp: DeadLetterStamp,
     pub(crate) subject: &'a str,
     pub(crate) sequence: u64,
-    pub(crate) delivery_count: u64,
     /// The durable consumer that dead-letters it: a redrive is for it alone.
     pub(crate) group: &'a str,
 }
@@ -118,15 +117,9 @@ pub(crate) fn dead_letter_headers(
     if last(unit, delivery_core::headers::STAMP).is_none() {
         headers.insert(delivery_core::headers::STAMP, origin.sequence.to_string());
     }
-    headers.insert(delivery_core::headers::DEAD_LETTER_REASON, origin.reason);
-    headers.insert(
-        delivery_core::headers::DEAD_LETTER_DETAIL,
-        text(origin.detail),
-    );
-    headers.insert(
-        delivery_core::headers::DEAD_LETTER_SOURCE,
-        text(origin.stream),
-    );
+    for (name, value) in origin.stamp.headers() {
+        headers.insert(name, text(&value));
+    }
     headers.insert(
         delivery_core::headers::DEAD_LETTER_SUBJECT,
         text(origin.subject),
@@ -134,10 +127,6 @@ pub(crate) fn dead_letter_headers(
     headers.insert(
         delivery_core::headers::DEAD_LETTER_SEQUENCE,
         origin.sequence.to_string(),
-    );
-    headers.insert(
-        delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT,
-        origin.delivery_count.to_string(),
     );
     headers.insert(
         delivery_core::headers::DEAD_LETTER_GROUP,

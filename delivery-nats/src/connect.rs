@@ -7,7 +7,7 @@ use delivery_core::transport::TransportError;
 pub async fn connect(url: &str) -> Result<async_nats::Client, TransportError> {
     async_nats::connect(url)
         .await
-        .map_err(|e| crate::error::transport_error("connecting to NATS", e))
+        .map_err(|e| crate::error::NATS.error("connecting to NATS", e))
 }
 
 /// Connects to `url` and declares `topology` ([`NatsTopology::declare`]).

@@ -1,19 +1,14 @@
-//! async-nats's errors as [`TransportError`]s: the one place that knows this client's errors.
+//! async-nats's errors as `TransportError`s: the one place that knows this client's errors.
 
 use std::error::Error as StdError;
 
-use delivery_core::transport::{TransportError, TransportErrorKind as Kind};
+use delivery_core::transport::{ClientErrors, TransportErrorKind as Kind};
 
-/// A client error a [`TransportError`] can hold.
-pub(crate) trait Error: StdError + Send + Sync + 'static {}
-impl<E: StdError + Send + Sync + 'static> Error for E {}
+/// async-nats's errors: `NATS.error(context, source)` is a failure while doing `context`, caused by
+/// `source`, of the kind its chain of causes says.
+pub(crate) const NATS: ClientErrors = ClientErrors::new(kind);
 
-/// A failure while doing `context`, caused by `source`, of the kind its chain of causes says.
-pub(crate) fn transport_error(context: &'static str, source: impl Error) -> TransportError {
-    TransportError::classified(context, source, one)
-}
-
-fn one(error: &(dyn StdError + 'static)) -> Option<Kind> {
+fn kind(error: &(dyn StdError + 'static)) -> Option<Kind> {
     use async_nats::jetstream::context::{PublishError, PublishErrorKind as P};
     use async_nats::{ConnectError, ConnectErrorKind as C};
     if let Some(error) = error.downcast_ref::<ConnectError>() {

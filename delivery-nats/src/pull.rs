@@ -218,10 +218,7 @@ async fn pull(consumer: PullConsumer, buffer: Arc<Buffer>, shared: Arc<Shared>, 
             match tokio::time::timeout(PULL_SEND_TIMEOUT, request).await {
                 Ok(Ok(requested)) => batch = Some((requested, at)),
                 Ok(Err(error)) => {
-                    buffer.fail(crate::error::transport_error(
-                        "requesting units (pull)",
-                        error,
-                    ));
+                    buffer.fail(crate::error::NATS.error("requesting units (pull)", error));
                     pausing = true;
                     paused.as_mut().reset(Instant::now() + retry.failed());
                 }

@@ -5,6 +5,7 @@
 use super::codec;
 use async_nats::jetstream::AckKind;
 use async_nats::{HeaderMap, Subject};
+use delivery_core::dead_letter::DeadLetterStamp;
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::{Settle, TransportError, TransportErrorKind};
 use delivery_core::unit::Unit;
@@ -50,12 +51,9 @@ impl NatsHandle {
         let headers = codec::dead_letter_headers(
             self.headers.as_ref(),
             &codec::DeadLetterOrigin {
-                reason: reason.kind().as_str(),
-                detail: reason.detail(),
-                stream: &shared.stream,
+                stamp: DeadLetterStamp::new(reason, Some(&shared.stream), unit.delivery_count()),
                 subject: &self.subject,
                 sequence: self.sequence,
-                delivery_count: u64::from(unit.delivery_count().get()),
                 group: &shared.durable,
             },
         );
@@ -67,9 +65,9 @@ impl NatsHandle {
                 unit.payload().clone(),
             )
             .await
-            .map_err(|e| crate::error::transport_error("publishing to the dead-letter stream", e))?
+            .map_err(|e| crate::error::NATS.error("publishing to the dead-letter stream", e))?
             .await
-            .map_err(|e| crate::error::transport_error("confirming the dead-letter publish", e))?;
+            .map_err(|e| crate::error::NATS.error("confirming the dead-letter publish", e))?;
         if !ack.duplicate {
             return Ok(());
         }
@@ -80,7 +78,7 @@ impl NatsHandle {
             .context
             .get_stream_no_info(&shared.dead_letter_stream)
             .await
-            .map_err(|e| crate::error::transport_error("reading the dead-letter stream", e))?;
+            .map_err(|e| crate::error::NATS.error("reading the dead-letter stream", e))?;
         let held = stream
             .get_raw_message(ack.sequence)
             .await

@@ -62,7 +62,7 @@ impl Shared {
         self.client
             .publish(reply, kind.into())
             .await
-            .map_err(|e| crate::error::transport_error(what, e))
+            .map_err(|e| crate::error::NATS.error(what, e))
     }
 
     /// A final settlement (`+ACK`, `+TERM`): sent as [`send`](Self::send) does, or, with
@@ -81,6 +81,6 @@ impl Shared {
             .request(reply, kind.into())
             .await
             .map(drop)
-            .map_err(|e| crate::error::transport_error(what, e))
+            .map_err(|e| crate::error::NATS.error(what, e))
     }
 }

@@ -116,7 +116,7 @@ impl NatsSource {
         let consumer: PullConsumer = context
             .get_consumer_from_stream(&topology.durable, &topology.stream)
             .await
-            .map_err(|e| crate::error::transport_error("looking up the durable consumer", e))?;
+            .map_err(|e| crate::error::NATS.error("looking up the durable consumer", e))?;
         let (bound, ack_wait) = checked(&consumer, &topology)?;
         let shared = Arc::new(Shared {
             client,

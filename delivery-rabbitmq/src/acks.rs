@@ -132,7 +132,7 @@ impl ChannelAcks {
         self.book()
             .watermark
             .track(tag)
-            .map_err(|e| crate::error::transport_error("tracking the delivery tag", e))
+            .map_err(|e| crate::error::LAPIN.error("tracking the delivery tag", e))
     }
 
     /// The unit with `tag` is acknowledged through `acker`, its delivery's: the ack waits for the
@@ -301,10 +301,9 @@ async fn send(acker: &Acker, multiple: bool) -> Result<(), TransportError> {
     match acker.ack(BasicAckOptions { multiple }).await {
         Ok(true) => Ok(()),
         Ok(false) => Err(not_sent()),
-        Err(e) => Err(
-            crate::error::transport_error("acknowledging (basic.ack)", e)
-                .with_kind(TransportErrorKind::ConnectionLost),
-        ),
+        Err(e) => Err(crate::error::LAPIN
+            .error("acknowledging (basic.ack)", e)
+            .with_kind(TransportErrorKind::ConnectionLost)),
     }
 }
 

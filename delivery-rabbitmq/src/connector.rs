@@ -121,9 +121,9 @@ impl RabbitConnector {
         let factory: Arc<Factory> = Arc::new(move || {
             let connecting = factory();
             Box::pin(async move {
-                connecting.await.map_err(|e| {
-                    crate::error::transport_error("connecting to RabbitMQ (factory)", e)
-                })
+                connecting
+                    .await
+                    .map_err(|e| crate::error::LAPIN.error("connecting to RabbitMQ (factory)", e))
             })
         });
         RabbitConnector(Origin::Factory(factory))
@@ -260,7 +260,7 @@ async fn dial_url(
         async move {
             Connection::connect(url, properties)
                 .await
-                .map_err(|e| crate::error::transport_error("connecting to RabbitMQ", e))
+                .map_err(|e| crate::error::LAPIN.error("connecting to RabbitMQ", e))
         }
     })
     .await

@@ -5,6 +5,7 @@
 //! (`acks.rs`), and a return, sent at once, is recorded there as settled.
 
 use crate::codec::{self, text_value};
+use delivery_core::dead_letter::DeadLetterStamp;
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::{Settle, TransportError, TransportErrorKind};
 use delivery_core::unit::Unit;
@@ -50,7 +51,7 @@ fn sent(what: &'static str, result: lapin::Result<bool>) -> Result<(), Transport
             "not sent: the channel is closed or the delivery was already settled; the broker will deliver the unit again",
         )
         .with_kind(TransportErrorKind::ConnectionLost)),
-        Err(error) => Err(crate::error::transport_error(what, error)),
+        Err(error) => Err(crate::error::LAPIN.error(what, error)),
     }
 }
 
@@ -129,30 +130,17 @@ impl Settle for RabbitHandle {
         unit: &Unit,
         reason: &DeadLetterReason,
     ) -> Result<(), TransportError> {
+        let stamp = DeadLetterStamp::new(reason, Some(&self.shared.queue), unit.delivery_count());
+        let stamp = stamp.headers();
         let headers = codec::rewrite(
             self.properties.headers().as_ref(),
-            [
-                (
-                    delivery_core::headers::DEAD_LETTER_REASON,
-                    text_value(reason.kind().as_str()),
-                ),
-                (
-                    delivery_core::headers::DEAD_LETTER_DETAIL,
-                    text_value(reason.detail()),
-                ),
-                (
-                    delivery_core::headers::DEAD_LETTER_SOURCE,
-                    text_value(&self.shared.queue),
-                ),
-                (
-                    delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT,
-                    AMQPValue::LongLongInt(i64::from(unit.delivery_count().get())),
-                ),
-                (
+            stamp
+                .iter()
+                .map(|(name, value)| (*name, text_value(value)))
+                .chain([(
                     delivery_core::headers::DEAD_LETTER_AT,
                     AMQPValue::LongLongInt(codec::now_millis()),
-                ),
-            ],
+                )]),
         );
         let properties = self.properties.clone().with_headers(headers);
         self.shared

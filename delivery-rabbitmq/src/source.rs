@@ -189,11 +189,11 @@ impl RabbitSource {
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| crate::error::transport_error("opening a channel", e))?;
+            .map_err(|e| crate::error::LAPIN.error("opening a channel", e))?;
         channel
             .basic_qos(self.topology.prefetch.max(1), BasicQosOptions::default())
             .await
-            .map_err(|e| crate::error::transport_error("setting the prefetch (basic.qos)", e))?;
+            .map_err(|e| crate::error::LAPIN.error("setting the prefetch (basic.qos)", e))?;
         let consumer = channel
             .basic_consume(
                 self.topology.queue.as_str().into(),
@@ -202,9 +202,7 @@ impl RabbitSource {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| {
-                crate::error::transport_error("starting the consumer (basic.consume)", e)
-            })?;
+            .map_err(|e| crate::error::LAPIN.error("starting the consumer (basic.consume)", e))?;
         Ok((consumer, channel))
     }
 
@@ -234,7 +232,7 @@ impl RabbitSource {
             let channel = connection
                 .create_channel()
                 .await
-                .map_err(|e| crate::error::transport_error("opening a channel", e))?;
+                .map_err(|e| crate::error::LAPIN.error("opening a channel", e))?;
             let options = QueueDeclareOptions {
                 passive,
                 durable: true,
@@ -246,13 +244,13 @@ impl RabbitSource {
             close_channel(&channel, "checked").await;
             Ok::<_, TransportError>(declared.map(drop))
         };
-        declare(true, FieldTable::default()).await?.map_err(|e| {
-            crate::error::transport_error("looking up the queue (declare it first)", e)
-        })?;
+        declare(true, FieldTable::default())
+            .await?
+            .map_err(|e| crate::error::LAPIN.error("looking up the queue (declare it first)", e))?;
         declare(false, self.topology.queue_arguments())
             .await?
             .map_err(|e| {
-                crate::error::transport_error(
+                crate::error::LAPIN.error(
                     "checking the queue against the topology",
                     TopologyError::new("checking the queue", queue, e),
                 )
@@ -349,7 +347,7 @@ impl Source for RabbitSource {
             let delivery = match live.consumer.next().await {
                 Some(Ok(delivery)) => delivery,
                 Some(Err(error)) => {
-                    return Err(self.lost(crate::error::transport_error("consuming", error)));
+                    return Err(self.lost(crate::error::LAPIN.error("consuming", error)));
                 }
                 None => {
                     let connected = live.connection.status().connected();

@@ -313,7 +313,7 @@ impl TopologyError {
     pub fn kind(&self) -> TransportErrorKind {
         match self.argument {
             Some(_) => TransportErrorKind::Misconfigured,
-            None => crate::error::kind_of(&self.source),
+            None => crate::error::LAPIN.kind_of(&self.source),
         }
     }
 }

@@ -13,7 +13,7 @@ pub const FIELD_ID: &str = "id";
 
 /// One stream entry: its id and its fields, in order, exactly as stored (names may repeat).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Entry {
+pub struct Entry {
     pub(crate) id: String,
     pub(crate) fields: Vec<(Bytes, Bytes)>,
 }

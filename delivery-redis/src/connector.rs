@@ -251,7 +251,7 @@ impl Commands {
         if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_timeout() {
             *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
-        crate::error::transport_error(what, error)
+        crate::error::REDIS.error(what, error)
     }
 
     /// Runs `command`, forgetting the connection after a failure of the connection itself.
@@ -269,8 +269,7 @@ impl Commands {
 }
 
 fn client(url: &str) -> Result<::redis::Client, TransportError> {
-    ::redis::Client::open(url)
-        .map_err(|e| crate::error::transport_error("parsing the Redis URL", e))
+    ::redis::Client::open(url).map_err(|e| crate::error::REDIS.error("parsing the Redis URL", e))
 }
 
 async fn open(
@@ -283,7 +282,7 @@ async fn open(
     client
         .get_multiplexed_async_connection_with_config(&config)
         .await
-        .map_err(|e| crate::error::transport_error("connecting to Redis", e))
+        .map_err(|e| crate::error::REDIS.error("connecting to Redis", e))
 }
 
 /// A connection to `url` (`redis://host:port/db`) for commands that do not block — a handler's
@@ -303,5 +302,5 @@ pub async fn connect(url: &str) -> Result<ConnectionManager, TransportError> {
         .set_number_of_retries(3);
     ConnectionManager::new_with_config(client(url)?, config)
         .await
-        .map_err(|e| crate::error::transport_error("connecting to Redis", e))
+        .map_err(|e| crate::error::REDIS.error("connecting to Redis", e))
 }

@@ -12,9 +12,9 @@ use crate::codec::{FIELD_ID, FIELD_PAYLOAD};
 use crate::connector::{Commands, RedisConnector};
 use crate::topology::RedisTopology;
 use delivery_core::dead_letter::{
-    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+    self, Cursor, DeadLetter, DeadLetterStamp, DeadLetters, Listing, Page, RedriveLog,
+    RedriveReport, Republished, Selection,
 };
-use delivery_core::disposition::ReasonKind;
 use delivery_core::headers;
 use delivery_core::transport::TransportError;
 use delivery_core::unit::{DeliveryCount, Headers, Unit, UnitId};
@@ -87,7 +87,7 @@ const PAGE: usize = 100;
 /// A scan of the entries a dead letter holds when it starts, a page at a time: the entries
 /// added while it runs (a redriven unit dead-lettered again) are not seen.
 #[derive(Default)]
-struct Scan {
+pub struct Scan {
     /// The newest entry when the scan started, read with its first page.
     last: Option<String>,
     /// The last entry seen.
@@ -107,16 +107,6 @@ impl RedisDeadLetters {
             stream: topology.stream.clone(),
             dead_letter_stream: topology.dead_letter_stream_name(),
             commands: Arc::new(Commands::new(connector.into().resolve()?)),
-        })
-    }
-
-    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
-    /// until the returned task is aborted.
-    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        delivery_core::transport::watch_depth(self.dead_letter_stream.clone(), every, move || {
-            let this = this.clone();
-            async move { DeadLetters::count(&this).await }
         })
     }
 
@@ -291,9 +281,8 @@ impl RedisDeadLetters {
         } else {
             own
         };
-        let count = text(headers::DEAD_LETTER_DELIVERY_COUNT)
-            .and_then(|c| c.parse().ok())
-            .map_or(DeliveryCount::FIRST, DeliveryCount::new);
+        let written = DeadLetterStamp::read(|name| text(name).map(Into::into));
+        let count = written.delivery_count.unwrap_or(DeliveryCount::FIRST);
         let unit = Unit::new(id, payload)
             .with_headers(own)
             .with_delivery_count(count);
@@ -306,12 +295,10 @@ impl RedisDeadLetters {
             Some(stamp) => unit.with_stamp(stamp),
             None => unit,
         };
-        let source = text(headers::DEAD_LETTER_SOURCE).unwrap_or(&self.stream);
+        let source = written.source.unwrap_or_else(|| self.stream.clone());
         let mut record = DeadLetter::new(unit, source, entry.id.clone());
-        record.reason = text(headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);
-        record.detail = text(headers::DEAD_LETTER_DETAIL)
-            .unwrap_or_default()
-            .to_owned();
+        record.reason = written.reason;
+        record.detail = written.detail.unwrap_or_default();
         record.dead_lettered_at = entry
             .id
             .split_once('-')
@@ -365,14 +352,7 @@ impl DeadLetters for RedisDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        let redriven = self.redrive_selected(selection, None).await?;
-        Ok(RedriveReport::of(selection, redriven))
-    }
-
-    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
-        let selection = Selection::Ids(std::slice::from_ref(id));
-        let redriven = self.redrive_selected(selection, Some(&payload)).await?;
-        Ok(!redriven.is_empty())
+        dead_letter::redrive(self, selection).await
     }
 
     async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
@@ -390,47 +370,40 @@ impl DeadLetters for RedisDeadLetters {
         }
         Ok(purged)
     }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        dead_letter::redrive_edited(self, id, payload).await
+    }
 }
 
-impl RedisDeadLetters {
-    /// `XADD`s each selected unit back to its source — edited to `edit`, if given — and deletes
-    /// its dead-letter entry once Redis answered. Returns the ids redriven.
-    async fn redrive_selected(
+/// A redrive's primitives: a scan of the entries present when it starts, `XADD` back to the
+/// source, `XDEL` of the dead-letter entry.
+impl RedriveLog for RedisDeadLetters {
+    type Pass = Scan;
+    type Entry = Entry;
+
+    async fn open(&self) -> Result<Scan, TransportError> {
+        Ok(Scan::default())
+    }
+
+    async fn next_page(&self, scan: &mut Scan) -> Result<Page<Entry>, TransportError> {
+        let page = RedisDeadLetters::next_page(self, scan).await?;
+        Ok((page.unwrap_or_default(), !scan.done))
+    }
+
+    async fn republish(
         &self,
-        selection: Selection<'_>,
+        _: &mut Scan,
+        entry: &Entry,
+        record: &DeadLetter,
         edit: Option<&Bytes>,
-    ) -> Result<Vec<UnitId>, TransportError> {
-        let mut redriven = Vec::new();
-        let mut scan = Scan::default();
-        while let Some(page) = self.next_page(&mut scan).await? {
-            for (entry, record) in page {
-                let id = record.id();
-                if !selection.contains(id) {
-                    continue;
-                }
-                let target = &record.source;
-                self.republish(&entry, id, target, edit)
-                    .await
-                    .map_err(|e| {
-                        TransportError::msg(
-                            "redriving",
-                            format!(
-                                "{id} was not added to `{target}` and stays in the dead letter: {e}"
-                            ),
-                        )
-                    })?;
-                self.delete(&[entry.id.as_str()]).await.map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{id} was added to `{target}` but not deleted from the dead letter ({e}); it is in both"
-                        ),
-                    )
-                })?;
-                redriven.push(id.clone());
-            }
-        }
-        Ok(redriven)
+    ) -> Result<Republished, TransportError> {
+        RedisDeadLetters::republish(self, entry, record.id(), &record.source, edit).await?;
+        Ok(Republished::Confirmed)
+    }
+
+    async fn remove(&self, _: &mut Scan, entry: Entry) -> Result<(), TransportError> {
+        self.delete(&[entry.id.as_str()]).await.map(drop)
     }
 }
 

@@ -1,24 +1,14 @@
-//! redis's errors as [`TransportError`]s: the one place that knows this client's errors.
+//! redis's errors as `TransportError`s: the one place that knows this client's errors.
 
 use std::error::Error as StdError;
 
-use delivery_core::transport::{TransportError, TransportErrorKind as Kind};
+use delivery_core::transport::{ClientErrors, TransportErrorKind as Kind};
 
-/// A client error a [`TransportError`] can hold.
-pub(crate) trait Error: StdError + Send + Sync + 'static {}
-impl<E: StdError + Send + Sync + 'static> Error for E {}
+/// redis's errors: `REDIS.error(context, source)` is a failure while doing `context`, caused by
+/// `source`, of the kind its chain of causes says.
+pub(crate) const REDIS: ClientErrors = ClientErrors::new(kind);
 
-/// A failure while doing `context`, caused by `source`, of the kind its chain of causes says.
-pub(crate) fn transport_error(context: &'static str, source: impl Error) -> TransportError {
-    TransportError::classified(context, source, one)
-}
-
-/// The kind of `error`, this client's errors read anywhere in its chain of causes.
-pub(crate) fn kind_of(error: &(dyn StdError + 'static)) -> Kind {
-    delivery_core::transport::kind_of(error, one)
-}
-
-fn one(error: &(dyn StdError + 'static)) -> Option<Kind> {
+fn kind(error: &(dyn StdError + 'static)) -> Option<Kind> {
     use redis::ErrorKind as E;
     let error = error.downcast_ref::<redis::RedisError>()?;
     if error.is_io_error()

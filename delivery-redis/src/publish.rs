@@ -50,5 +50,5 @@ pub async fn publish(
     }
     add.query_async::<String>(connection)
         .await
-        .map_err(|e| crate::error::transport_error("publishing (XADD)", e))
+        .map_err(|e| crate::error::REDIS.error("publishing (XADD)", e))
 }

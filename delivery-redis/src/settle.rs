@@ -5,9 +5,10 @@
 use crate::acks::{Joined, Next, Turn};
 use crate::codec::{self, Entry};
 use ::redis::Value;
+use delivery_core::dead_letter::DeadLetterStamp;
 use delivery_core::disposition::DeadLetterReason;
 use delivery_core::transport::{Settle, TransportError};
-use delivery_core::unit::Unit;
+use delivery_core::unit::{DeliveryCount, Unit};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -190,16 +191,12 @@ impl Shared {
         {
             add.arg(delivery_core::headers::STAMP).arg(stamp.0);
         }
-        add.arg(delivery_core::headers::DEAD_LETTER_REASON)
-            .arg(reason.kind().as_str())
-            .arg(delivery_core::headers::DEAD_LETTER_DETAIL)
-            .arg(reason.detail())
-            .arg(delivery_core::headers::DEAD_LETTER_SOURCE)
-            .arg(&self.stream)
-            .arg(delivery_core::headers::DEAD_LETTER_ENTRY_ID)
+        let stamp = DeadLetterStamp::new(reason, Some(&self.stream), DeliveryCount::new(count));
+        for (name, value) in stamp.headers() {
+            add.arg(name).arg(value);
+        }
+        add.arg(delivery_core::headers::DEAD_LETTER_ENTRY_ID)
             .arg(&entry.id)
-            .arg(delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .arg(count)
             .arg(delivery_core::headers::DEAD_LETTER_GROUP)
             .arg(&self.group);
         add.query_async::<Value>(&mut connection)

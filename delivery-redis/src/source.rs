@@ -254,7 +254,7 @@ async fn on_reader<T: ::redis::FromRedisValue>(
 ) -> Result<T, TransportError> {
     match tokio::time::timeout(limit, command.query_async::<T>(reader)).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(crate::error::transport_error(what, error)),
+        Ok(Err(error)) => Err(crate::error::REDIS.error(what, error)),
         Err(_) => Err(TransportError::msg(
             what,
             format!("no reply within {limit:?}; reconnecting"),
@@ -370,7 +370,7 @@ async fn claim_pending(
     let counts: Vec<Value> =
         match tokio::time::timeout(COMMAND_TIMEOUT, pipe.query_async(reader)).await {
             Ok(Ok(counts)) => counts,
-            Ok(Err(error)) => return Err(crate::error::transport_error(COUNT, error)),
+            Ok(Err(error)) => return Err(crate::error::REDIS.error(COUNT, error)),
             Err(_) => return Err(TransportError::msg(COUNT, "no reply; reconnecting")),
         };
     if counts.len() != entries.len() {

@@ -200,7 +200,7 @@ impl RedisTopology {
                     self.group, self.stream
                 ),
             )
-            .with_kind(crate::error::kind_of(&error))),
+            .with_kind(crate::error::REDIS.kind_of(&error))),
         }
     }
 }

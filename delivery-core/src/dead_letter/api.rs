@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -245,4 +245,18 @@ pub trait DeadLetters: Send + Sync {
         id: &UnitId,
         payload: Bytes,
     ) -> impl Future<Output = Result<bool, TransportError>> + Send;
+
+    /// Keeps the `delivery_dead_letter_depth` gauge current: reads [`count`](Self::count) (which
+    /// records it) every `every`, until the returned task is aborted; a failed read is logged and
+    /// tried again at the next interval.
+    fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()>
+    where
+        Self: Clone + 'static,
+    {
+        let this = self.clone();
+        super::depth::watch(self.name().to_owned(), every, move || {
+            let this = this.clone();
+            async move { this.count().await }
+        })
+    }
 }

@@ -15,7 +15,7 @@ pub fn record(dead_letter: &str, depth: u64) {
 
 /// Reads the depth with `count` (which records it) every `every`, until the returned task is
 /// aborted; a failed read is logged and tried again at the next interval.
-pub fn watch<C, F>(
+pub(crate) fn watch<C, F>(
     dead_letter: String,
     every: Duration,
     mut count: C,

@@ -17,6 +17,11 @@
 //! and [`ORIGINAL_SHA256`](crate::headers::ORIGINAL_SHA256) (the digest of the payload replaced).
 //! A tool that picks its transport at run time holds any dead letter as an [`AnyDeadLetters`].
 //!
+//! For a transport's author: the consumer records why, from where and on which delivery a unit
+//! was dead-lettered as its [`DeadLetterStamp`] headers, read back the same way; the redrive is
+//! written once, [`redrive`] and [`redrive_edited`], over the dead letter's [`RedriveLog`] (read
+//! a page, send one unit back, remove its copy).
+//!
 //! ```
 //! use delivery::dead_letter::{DeadLetters, Selection};
 //! use delivery::memory::{MemoryBroker, QueueConfig};
@@ -44,9 +49,13 @@ mod any;
 mod api;
 pub(crate) mod cursor;
 pub(crate) mod depth;
+mod redrive;
+mod stamp;
 
 pub use self::any::AnyDeadLetters;
 pub(crate) use self::api::edited;
 pub use self::api::{
     Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection, edit_headers,
 };
+pub use self::redrive::{Page, RedriveLog, Republished, redrive, redrive_edited};
+pub use self::stamp::DeadLetterStamp;

@@ -8,16 +8,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::config::QueueConfig;
+use crate::dead_letter::DeadLetterStamp;
 use crate::disposition::{DeadLetterReason, ReasonKind};
 use crate::unit::{DeliveryCount, Headers, Unit};
-
-/// Header names recorded on a dead-lettered unit, beside its intact payload and headers.
-pub(crate) mod header {
-    pub(crate) use crate::headers::{
-        DEAD_LETTER_DELIVERY_COUNT as DELIVERY_COUNT, DEAD_LETTER_DETAIL as DETAIL,
-        DEAD_LETTER_REASON as REASON, DEAD_LETTER_SOURCE as SOURCE,
-    };
-}
 
 /// A unit in the broker, with the broker's own count of its deliveries.
 #[derive(Clone, Debug)]
@@ -50,11 +43,12 @@ impl Entry {
     pub(crate) fn into_dead(self, source: Arc<str>, reason: DeadLetterReason) -> Entry {
         let count = DeliveryCount::new(self.deliveries);
         let original_headers = self.unit.headers().clone();
-        let headers = original_headers
-            .with(header::REASON, reason.kind().as_str())
-            .with(header::DETAIL, reason.detail().to_owned())
-            .with(header::SOURCE, source.to_string())
-            .with(header::DELIVERY_COUNT, count.get().to_string());
+        let headers = DeadLetterStamp::new(&reason, Some(&*source), count)
+            .headers()
+            .into_iter()
+            .fold(original_headers.clone(), |headers, (name, value)| {
+                headers.with(name, value)
+            });
         let unit = self.unit.with_headers(headers);
         Entry {
             unit,

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use self::stored::Position;
 use delivery_core::dead_letter::{
-    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+    self, Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
 };
 use delivery_core::transport::TransportError;
 use delivery_core::unit::UnitId;
@@ -88,13 +88,7 @@ impl DeadLetters for KafkaDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        self.redrive_selected(selection, None).await
-    }
-
-    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
-        let selection = Selection::Ids(std::slice::from_ref(id));
-        let report = self.redrive_selected(selection, Some(&payload)).await?;
-        Ok(!report.redriven.is_empty())
+        dead_letter::redrive(self, selection).await
     }
 
     /// Records every dead letter of each of `ids` removed (see the [type docs](KafkaDeadLetters)).
@@ -110,6 +104,10 @@ impl DeadLetters for KafkaDeadLetters {
             }
         }
         Ok(removed)
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        dead_letter::redrive_edited(self, id, payload).await
     }
 }
 

@@ -1,17 +1,16 @@
 //! Reading the dead letter: the [`KafkaDeadLetters`] handle, and each stored record as the
 //! operator sees it.
 
-use std::time::Duration;
-
 use super::stored::{Reader, Stored, is_own};
 use crate::topology::KafkaTopology;
-use delivery_core::dead_letter::{DeadLetter, DeadLetters};
-use delivery_core::disposition::ReasonKind;
+#[cfg(doc)]
+use delivery_core::dead_letter::DeadLetters;
+use delivery_core::dead_letter::{DeadLetter, DeadLetterStamp};
 use delivery_core::transport::TransportError;
 use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit};
 
-/// The dead-letter topic of a [`KafkaTopology`], for an operator: its [`DeadLetters`], and
-/// [`watch_depth`](Self::watch_depth).
+/// The dead-letter topic of a [`KafkaTopology`], for an operator: its [`DeadLetters`] (its
+/// [`watch_depth`](DeadLetters::watch_depth) too).
 ///
 /// Kafka cannot remove one record from a topic, so the dead letter is the dead-letter topic
 /// **less the records an operator removed**, which this view keeps in the topology's
@@ -32,7 +31,7 @@ use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit};
 /// - **[`count`](DeadLetters::count)** reads the dead letter through, as a listing does: the
 ///   brokers' offsets cannot tell which records were removed (and tansu 0.6 under-reports a
 ///   partition's end in them). A dead letter is meant to stay small; where one is large,
-///   [`watch_depth`](Self::watch_depth) at a longer interval.
+///   [`watch_depth`](DeadLetters::watch_depth) at a longer interval.
 /// - **[`redrive`](DeadLetters::redrive)** publishes each selected unit to the group's own
 ///   [retry topic](KafkaTopology::retry_topic_name), due at once — key, payload and its own
 ///   headers, with its id as `message-id`, its stamp, where it was first read and no delivery
@@ -82,20 +81,6 @@ impl KafkaDeadLetters {
         }
     }
 
-    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
-    /// until the returned task is aborted.
-    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        delivery_core::transport::watch_depth(
-            self.reader.dead_letter_topic.clone(),
-            every,
-            move || {
-                let this = this.clone();
-                async move { DeadLetters::count(&this).await }
-            },
-        )
-    }
-
     /// Runs `read` with a reader of the brokers, off the async runtime.
     pub(super) async fn reading<T: Send + 'static>(
         &self,
@@ -104,30 +89,25 @@ impl KafkaDeadLetters {
         let reader = self.reader.clone();
         tokio::task::spawn_blocking(move || read(&reader))
             .await
-            .map_err(|e| crate::error::transport_error("reading the dead-letter topic", e))?
+            .map_err(|e| crate::error::RDKAFKA.error("reading the dead-letter topic", e))?
     }
 
     /// The record of a stored dead letter.
     pub(super) fn record(&self, stored: &Stored) -> DeadLetter {
-        let mut count = None;
         let mut carried_count = None;
         let mut source = None;
         let mut origin_offset = None;
         let mut kept = None;
-        let mut reason = None;
-        let mut detail = String::new();
+        let written = DeadLetterStamp::read(|name| {
+            let (_, value) = stored.headers.iter().rev().find(|(n, _)| n == name)?;
+            Some(String::from_utf8_lossy(value))
+        });
         let mut own = Vec::new();
         for (name, value) in &stored.headers {
             let text = std::str::from_utf8(value).ok();
             match name.as_str() {
                 delivery_core::headers::DELIVERY_COUNT => {
                     carried_count = text.and_then(|t| t.parse::<u32>().ok());
-                }
-                delivery_core::headers::DEAD_LETTER_REASON => {
-                    reason = text.and_then(ReasonKind::parse)
-                }
-                delivery_core::headers::DEAD_LETTER_DETAIL => {
-                    detail = String::from_utf8_lossy(value).into_owned();
                 }
                 delivery_core::headers::DEAD_LETTER_SOURCE_TOPIC => {
                     source = text.map(str::to_owned)
@@ -136,9 +116,6 @@ impl KafkaDeadLetters {
                     origin_offset = text.and_then(|t| t.parse::<u64>().ok());
                 }
                 delivery_core::headers::STAMP => kept = delivery_core::headers::parse_stamp(value),
-                delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT => {
-                    count = text.and_then(|t| t.parse::<u32>().ok());
-                }
                 name if is_own(name) => own.push((name.to_owned(), value.clone())),
                 _ => {}
             }
@@ -148,14 +125,21 @@ impl KafkaDeadLetters {
             stored.payload.clone(),
         )
         .with_headers(Headers::from_pairs(own))
-        .with_delivery_count(DeliveryCount::new(count.or(carried_count).unwrap_or(1)));
+        .with_delivery_count(
+            written
+                .delivery_count
+                .or(carried_count.map(DeliveryCount::new))
+                .unwrap_or(DeliveryCount::FIRST),
+        );
         if let Some(stamp) = kept.or(origin_offset.map(Stamp)) {
             unit = unit.with_stamp(stamp);
         }
-        let source = source.unwrap_or_else(|| self.topic.clone());
+        let source = source
+            .or(written.source)
+            .unwrap_or_else(|| self.topic.clone());
         let mut record = DeadLetter::new(unit, source, stored.position.to_string());
-        record.reason = reason;
-        record.detail = detail;
+        record.reason = written.reason;
+        record.detail = written.detail.unwrap_or_default();
         record.dead_lettered_at = stored.timestamp;
         record
     }

@@ -9,7 +9,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::read::KafkaDeadLetters;
 use super::stored::{Position, Stored, is_own};
-use delivery_core::dead_letter::{DeadLetter, RedriveReport, Selection};
+use delivery_core::dead_letter::{DeadLetter, Page, RedriveLog, Republished};
 use delivery_core::transport::TransportError;
 use delivery_core::unit::UnitId;
 
@@ -58,7 +58,7 @@ impl KafkaDeadLetters {
             )
             .await
             .map(drop)
-            .map_err(|(e, _)| crate::error::transport_error("recording a dead letter removed", e))
+            .map_err(|(e, _)| crate::error::RDKAFKA.error("recording a dead letter removed", e))
     }
 
     /// Publishes the unit of `stored` (`record`) to the group's retry topic, due now — key,
@@ -147,40 +147,48 @@ impl KafkaDeadLetters {
             .send(message, Duration::from_secs(10))
             .await
             .map(drop)
-            .map_err(|(e, _)| crate::error::transport_error("redriving a dead letter", e))
+            .map_err(|(e, _)| crate::error::RDKAFKA.error("redriving a dead letter", e))
     }
 }
 
-impl KafkaDeadLetters {
-    /// Publishes each selected unit to the group's retry topic — edited to `edit`, if given — and
-    /// only then records it removed.
-    pub(super) async fn redrive_selected(
-        &self,
-        selection: Selection<'_>,
-        edit: Option<&Bytes>,
-    ) -> Result<RedriveReport, TransportError> {
+/// What a redrive holds: its confirmed producer.
+pub struct Redrive {
+    producer: FutureProducer,
+}
+
+/// A redrive's primitives: the dead letter read through, each unit published to the group's retry
+/// topic under `acks=all`, and only then recorded removed.
+impl RedriveLog for KafkaDeadLetters {
+    type Pass = Redrive;
+    type Entry = Stored;
+
+    async fn open(&self) -> Result<Redrive, TransportError> {
         self.removed_topic_exists().await?;
-        let producer = self.producer()?;
-        let mut redriven = Vec::new();
-        for (stored, record) in self.all().await? {
-            if !selection.contains(record.id()) {
-                continue;
-            }
-            self.publish_back(&producer, &stored, &record, edit).await?;
-            self.mark_removed(&producer, stored.position, record.id(), "redriven")
-                .await
-                .map_err(|e| {
-                    TransportError::msg(
-                        "redriving",
-                        format!(
-                            "{} is back in `{}` but was not recorded removed ({e}); it is in both",
-                            record.id(),
-                            self.retry_topic
-                        ),
-                    )
-                })?;
-            redriven.push(record.id().clone());
-        }
-        Ok(RedriveReport::of(selection, redriven))
+        Ok(Redrive {
+            producer: self.producer()?,
+        })
+    }
+
+    /// The whole dead letter at once.
+    async fn next_page(&self, _: &mut Redrive) -> Result<Page<Stored>, TransportError> {
+        Ok((self.all().await?, false))
+    }
+
+    async fn republish(
+        &self,
+        redrive: &mut Redrive,
+        stored: &Stored,
+        record: &DeadLetter,
+        edit: Option<&Bytes>,
+    ) -> Result<Republished, TransportError> {
+        self.publish_back(&redrive.producer, stored, record, edit)
+            .await?;
+        Ok(Republished::Confirmed)
+    }
+
+    async fn remove(&self, redrive: &mut Redrive, stored: Stored) -> Result<(), TransportError> {
+        let id = stored.id(&self.reader.dead_letter_topic);
+        self.mark_removed(&redrive.producer, stored.position, &id, "redriven")
+            .await
     }
 }

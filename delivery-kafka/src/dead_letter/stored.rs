@@ -57,7 +57,7 @@ impl FromStr for Position {
 }
 
 /// A record of the dead-letter topic as stored: every header, in order.
-pub(super) struct Stored {
+pub struct Stored {
     pub(super) position: Position,
     pub(super) key: Option<Bytes>,
     pub(super) payload: Bytes,
@@ -146,14 +146,14 @@ impl Reader {
             // A fetch at a partition's end returns at once: the read stops there.
             .set("fetch.wait.max.ms", "10")
             .create()
-            .map_err(|e| crate::error::transport_error("creating the Kafka reader", e))
+            .map_err(|e| crate::error::RDKAFKA.error("creating the Kafka reader", e))
     }
 
     /// The partitions of `topic`, in order; none if the topic does not exist.
     fn partitions(&self, consumer: &BaseConsumer, topic: &str) -> Result<Vec<i32>, TransportError> {
         let metadata = consumer
             .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(|e| crate::error::transport_error("reading a topic's metadata", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("reading a topic's metadata", e))?;
         let mut partitions: Vec<i32> = metadata
             .topics()
             .iter()
@@ -190,10 +190,10 @@ impl Reader {
             };
             let mut list = TopicPartitionList::new();
             list.add_partition_offset(topic, partition, start)
-                .map_err(|e| crate::error::transport_error("assigning a partition", e))?;
+                .map_err(|e| crate::error::RDKAFKA.error("assigning a partition", e))?;
             consumer
                 .assign(&list)
-                .map_err(|e| crate::error::transport_error("assigning a partition", e))?;
+                .map_err(|e| crate::error::RDKAFKA.error("assigning a partition", e))?;
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 if std::time::Instant::now() > deadline {

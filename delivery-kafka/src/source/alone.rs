@@ -88,7 +88,7 @@ impl KafkaSource {
                                 })
                                 .await
                                 .map_err(|e| {
-                                    crate::error::transport_error("reading the attempts topic", e)
+                                    crate::error::RDKAFKA.error("reading the attempts topic", e)
                                 })?
                             }
                         })
@@ -277,7 +277,7 @@ impl KafkaSource {
                         shared.book.commit_owed_of(&shared.consumer, ready)
                     })
                     .await
-                    .map_err(|e| crate::error::transport_error("committing offsets", e))?
+                    .map_err(|e| crate::error::RDKAFKA.error("committing offsets", e))?
                 }
             },
         )

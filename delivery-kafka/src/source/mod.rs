@@ -115,10 +115,10 @@ impl KafkaSource {
                 revoked: AtomicBool::new(false),
                 held: AtomicBool::new(false),
             })
-            .map_err(|e| crate::error::transport_error("creating the Kafka consumer", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("creating the Kafka consumer", e))?;
         consumer
             .subscribe(&[&topic, &retry_topic])
-            .map_err(|e| crate::error::transport_error("subscribing to the Kafka topics", e))?;
+            .map_err(|e| crate::error::RDKAFKA.error("subscribing to the Kafka topics", e))?;
         let shared = Arc::new(Shared {
             consumer,
             producer,
@@ -129,7 +129,7 @@ impl KafkaSource {
             keeper: Keeper::new(max_poll_interval),
         });
         let runtime = tokio::runtime::Handle::try_current().map_err(|e| {
-            crate::error::transport_error(
+            crate::error::RDKAFKA.error(
                 "starting the Kafka commit task (call within a Tokio runtime)",
                 e,
             )
@@ -165,7 +165,7 @@ impl KafkaSource {
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || shared.book.commit_owed(&shared.consumer))
             .await
-            .map_err(|e| crate::error::transport_error("committing offsets", e))?
+            .map_err(|e| crate::error::RDKAFKA.error("committing offsets", e))?
     }
 }
 
@@ -262,7 +262,7 @@ impl Source for KafkaSource {
                 }
             };
             let message =
-                message.map_err(|e| crate::error::transport_error("receiving from Kafka", e))?;
+                message.map_err(|e| crate::error::RDKAFKA.error("receiving from Kafka", e))?;
             let (unit, handle, due) = admit(&self.shared, &message);
             drop(message);
             self.placing = Some(Placing {

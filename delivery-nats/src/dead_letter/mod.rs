@@ -14,7 +14,7 @@ pub use sweep::SweepReport;
 use bytes::Bytes;
 
 use delivery_core::dead_letter::{
-    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+    self, Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
 };
 use delivery_core::transport::TransportError;
 use delivery_core::unit::UnitId;
@@ -30,7 +30,7 @@ impl DeadLetters for NatsDeadLetters {
             .context
             .get_stream(&self.dead_letter_stream)
             .await
-            .map_err(|e| crate::error::transport_error("reading the dead-letter stream", e))?;
+            .map_err(|e| crate::error::NATS.error("reading the dead-letter stream", e))?;
         let depth = stream.cached_info().state.messages;
         delivery_core::transport::record_depth(&self.dead_letter_stream, depth);
         Ok(depth)
@@ -67,13 +67,7 @@ impl DeadLetters for NatsDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        self.redrive_selected(selection, None).await
-    }
-
-    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
-        let selection = Selection::Ids(std::slice::from_ref(id));
-        let report = self.redrive_selected(selection, Some(&payload)).await?;
-        Ok(!report.redriven.is_empty())
+        dead_letter::redrive(self, selection).await
     }
 
     /// Deletes every record of each of `ids` from the dead-letter stream, by sequence.
@@ -86,6 +80,10 @@ impl DeadLetters for NatsDeadLetters {
             }
         }
         Ok(removed)
+    }
+
+    async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
+        dead_letter::redrive_edited(self, id, payload).await
     }
 }
 

@@ -1,7 +1,7 @@
 //! The dead letter's records: the [`NatsDeadLetters`] handle, and reading the units stored in a
 //! stream one at a time, every header with every value.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream;
@@ -9,13 +9,14 @@ use bytes::Bytes;
 
 use crate::codec::{self, last};
 use crate::topology::NatsTopology;
-use delivery_core::dead_letter::{DeadLetter, DeadLetters};
-use delivery_core::disposition::ReasonKind;
+#[cfg(doc)]
+use delivery_core::dead_letter::DeadLetters;
+use delivery_core::dead_letter::{DeadLetter, DeadLetterStamp};
 use delivery_core::transport::TransportError;
 use delivery_core::unit::{DeliveryCount, Unit};
 
 /// The dead letter of one stream, for an operator: its dead-letter stream through
-/// [`DeadLetters`], and [`sweep`](Self::sweep) and [`watch_depth`](Self::watch_depth).
+/// [`DeadLetters`] (its [`watch_depth`](DeadLetters::watch_depth) too), and [`sweep`](Self::sweep).
 ///
 /// - **Records** are read without consuming anything (`STREAM.MSG.GET`, every value of a repeated
 ///   header kept). A record's [`position`](DeadLetter::position) is its sequence in the
@@ -84,16 +85,6 @@ impl NatsDeadLetters {
         &self.stream
     }
 
-    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
-    /// until the returned task is aborted.
-    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        delivery_core::transport::watch_depth(self.dead_letter_stream.clone(), every, move || {
-            let this = this.clone();
-            async move { DeadLetters::count(&this).await }
-        })
-    }
-
     /// The first unit stored in the dead letter at sequence `from` or after.
     pub(super) async fn next_from(&self, from: u64) -> Result<Option<Stored>, TransportError> {
         get(
@@ -118,29 +109,25 @@ impl NatsDeadLetters {
     /// The record of a unit stored in the dead letter.
     pub(super) fn record(&self, stored: &Stored) -> DeadLetter {
         let h = Some(&stored.headers);
-        let source = last(h, delivery_core::headers::DEAD_LETTER_SOURCE).unwrap_or(&self.stream);
+        let written = DeadLetterStamp::read(|name| last(h, name).map(Into::into));
+        let source = written.source.as_deref().unwrap_or(&self.stream);
         let source_sequence = last(h, delivery_core::headers::DEAD_LETTER_SEQUENCE)
             .and_then(|s| s.parse::<u64>().ok());
         let id = match source_sequence {
             Some(sequence) => codec::unit_id(h, source, sequence),
             None => codec::unit_id(h, &self.dead_letter_stream, stored.sequence),
         };
-        let count = last(h, delivery_core::headers::DEAD_LETTER_DELIVERY_COUNT)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1);
+        let count = written.delivery_count.unwrap_or(DeliveryCount::FIRST);
         let own = codec::without_dead_letter_headers(h);
         let mut unit = Unit::new(id, stored.payload.clone())
             .with_headers(codec::unit_headers(Some(&own)))
-            .with_delivery_count(DeliveryCount::new(count));
+            .with_delivery_count(count);
         if let Some(stamp) = source_sequence.and_then(|sequence| codec::stamp(h, sequence)) {
             unit = unit.with_stamp(stamp);
         }
         let mut record = DeadLetter::new(unit, source, stored.sequence.to_string());
-        record.reason =
-            last(h, delivery_core::headers::DEAD_LETTER_REASON).and_then(ReasonKind::parse);
-        record.detail = last(h, delivery_core::headers::DEAD_LETTER_DETAIL)
-            .unwrap_or_default()
-            .to_owned();
+        record.reason = written.reason;
+        record.detail = written.detail.unwrap_or_default();
         record.dead_lettered_at = Some(stored.time);
         record
     }
@@ -150,16 +137,16 @@ impl NatsDeadLetters {
         self.context
             .get_stream_no_info(&self.dead_letter_stream)
             .await
-            .map_err(|e| crate::error::transport_error("reading the dead-letter stream", e))?
+            .map_err(|e| crate::error::NATS.error("reading the dead-letter stream", e))?
             .delete_message(sequence)
             .await
             .map(drop)
-            .map_err(|e| crate::error::transport_error("deleting from the dead-letter stream", e))
+            .map_err(|e| crate::error::NATS.error("deleting from the dead-letter stream", e))
     }
 }
 
 /// A unit as stored in a stream, every header with every value.
-pub(super) struct Stored {
+pub struct Stored {
     pub(super) subject: String,
     pub(super) sequence: u64,
     pub(super) headers: HeaderMap,
@@ -196,29 +183,26 @@ async fn get(
     let response: Response<GetResponse> = context
         .request(format!("STREAM.MSG.GET.{stream}"), &request)
         .await
-        .map_err(|e| crate::error::transport_error("reading a stored unit", e))?;
+        .map_err(|e| crate::error::NATS.error("reading a stored unit", e))?;
     let message = match response {
         Response::Ok(response) => response.message,
         Response::Err { error } if error.error_code() == jetstream::ErrorCode::NO_MESSAGE_FOUND => {
             return Ok(None);
         }
         Response::Err { error } => {
-            return Err(crate::error::transport_error(
-                "reading a stored unit",
-                error,
-            ));
+            return Err(crate::error::NATS.error("reading a stored unit", error));
         }
     };
     let engine = base64::engine::general_purpose::STANDARD;
     let payload = engine
         .decode(&message.payload)
-        .map_err(|e| crate::error::transport_error("decoding a stored unit's payload", e))?;
+        .map_err(|e| crate::error::NATS.error("decoding a stored unit's payload", e))?;
     let headers = match message.headers.as_deref() {
         None | Some("") => HeaderMap::new(),
         Some(encoded) => {
-            let block = engine.decode(encoded).map_err(|e| {
-                crate::error::transport_error("decoding a stored unit's headers", e)
-            })?;
+            let block = engine
+                .decode(encoded)
+                .map_err(|e| crate::error::NATS.error("decoding a stored unit's headers", e))?;
             codec::parse_block(&block).ok_or_else(|| {
                 TransportError::msg(
                     "decoding a stored unit's headers",

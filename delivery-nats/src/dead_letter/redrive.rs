@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::read::{NatsDeadLetters, Stored};
 use crate::codec::{self, last};
-use delivery_core::dead_letter::{RedriveReport, Selection};
+use delivery_core::dead_letter::{DeadLetter, Page, RedriveLog, Republished};
 use delivery_core::transport::TransportError;
 use delivery_core::unit::UnitId;
 
@@ -35,7 +35,7 @@ impl NatsDeadLetters {
             .context
             .get_stream(stream)
             .await
-            .map_err(|e| crate::error::transport_error("reading a stream's configuration", e))?
+            .map_err(|e| crate::error::NATS.error("reading a stream's configuration", e))?
             .cached_info()
             .config
             .duplicate_window;
@@ -90,15 +90,10 @@ impl NatsDeadLetters {
             .context
             .publish_with_headers(subject.clone(), headers, payload)
             .await
-            .map_err(|e| crate::error::transport_error("redriving", e))?
+            .map_err(|e| crate::error::NATS.error("redriving", e))?
             .await
             .map_err(|e| {
-                TransportError::msg(
-                    "redriving",
-                    format!(
-                        "{id} was not confirmed on `{subject}` and stays in the dead letter: {e}"
-                    ),
-                )
+                TransportError::msg("redriving", format!("not confirmed on `{subject}`: {e}"))
             })?;
         Ok(if ack.duplicate {
             Published::Duplicate(ack.sequence)
@@ -108,90 +103,91 @@ impl NatsDeadLetters {
     }
 }
 
-impl NatsDeadLetters {
-    /// Publishes each selected unit back to its subject — edited to `edit`, if given — and
-    /// deletes its dead-letter copy once JetStream confirmed it (see the [type docs](Self)).
-    pub(super) async fn redrive_selected(
-        &self,
-        selection: Selection<'_>,
-        edit: Option<&Bytes>,
-    ) -> Result<RedriveReport, TransportError> {
-        let mut redriven = Vec::new();
-        // Source sequences this redrive stored, by unit id: a later copy of one of them refused
-        // as a duplicate is already back in the source.
-        let mut sent: Vec<(UnitId, u64)> = Vec::new();
-        let mut left: Vec<String> = Vec::new();
-        // Both duplicate windows, where short enough to wait out.
-        let source_window = self.short_duplicate_window(&self.stream).await?;
-        let dead_letter_window = self
-            .short_duplicate_window(&self.dead_letter_stream)
-            .await?;
-        for stored in self.all().await? {
+/// What a redrive holds: what it sent back, and the duplicate windows it waits out.
+pub struct Pass {
+    /// Source sequences this redrive stored, by unit id: a later copy of one of them refused as a
+    /// duplicate is already back in the source.
+    sent: Vec<(UnitId, u64)>,
+    /// The source's duplicate window, where short enough to wait out.
+    source_window: Option<Duration>,
+    /// The dead letter's duplicate window, where short enough to wait out.
+    dead_letter_window: Option<Duration>,
+}
+
+/// A redrive's primitives: every stored unit read at once, published back under a confirm (see
+/// the [type docs](NatsDeadLetters) for the duplicate windows), the dead-letter copy deleted by
+/// sequence.
+impl RedriveLog for NatsDeadLetters {
+    type Pass = Pass;
+    type Entry = Stored;
+
+    async fn open(&self) -> Result<Pass, TransportError> {
+        Ok(Pass {
+            sent: Vec::new(),
+            source_window: self.short_duplicate_window(&self.stream).await?,
+            dead_letter_window: self
+                .short_duplicate_window(&self.dead_letter_stream)
+                .await?,
+        })
+    }
+
+    /// Every unit at once.
+    async fn next_page(&self, _: &mut Pass) -> Result<Page<Stored>, TransportError> {
+        let all = self.all().await?.into_iter().map(|stored| {
             let record = self.record(&stored);
-            let id = record.id();
-            if !selection.contains(id) {
-                continue;
+            (stored, record)
+        });
+        Ok((all.collect(), false))
+    }
+
+    async fn republish(
+        &self,
+        pass: &mut Pass,
+        stored: &Stored,
+        record: &DeadLetter,
+        edit: Option<&Bytes>,
+    ) -> Result<Republished, TransportError> {
+        let id = record.id();
+        if let Some(window) = pass.dead_letter_window {
+            // The dead letter refuses the same id within its window (JetStream forgets an id up to
+            // one more window late): redriven from a copy younger than that, the unit refused
+            // again at once could not come back to the dead letter.
+            let age = SystemTime::now()
+                .duration_since(stored.time)
+                .unwrap_or_default();
+            if let Some(wait) = (window * 2 + Duration::from_millis(50)).checked_sub(age) {
+                tokio::time::sleep(wait).await;
             }
-            if let Some(window) = dead_letter_window {
-                // The dead letter refuses the same id within its window (JetStream forgets an id
-                // up to one more window late): redriven from a copy younger than that, the unit
-                // refused again at once could not come back to the dead letter.
-                let age = SystemTime::now()
-                    .duration_since(stored.time)
-                    .unwrap_or_default();
-                if let Some(wait) = (window * 2 + Duration::from_millis(50)).checked_sub(age) {
-                    tokio::time::sleep(wait).await;
-                }
-            }
-            let mut published = self.publish_back(&stored, id, edit).await?;
-            for _ in 0..3 {
-                match (&published, source_window) {
-                    (Published::Duplicate(at), Some(window))
-                        if !sent.contains(&(id.clone(), *at)) =>
-                    {
-                        tokio::time::sleep(window).await;
-                        published = self.publish_back(&stored, id, edit).await?;
-                    }
-                    _ => break,
-                }
-            }
-            match published {
-                Published::Stored(at) => sent.push((id.clone(), at)),
-                Published::Duplicate(at) if sent.contains(&(id.clone(), at)) => {}
-                Published::Duplicate(_) => {
-                    left.push(format!(
-                        "{id} (refused as a duplicate: its id is still inside `{}`'s duplicate window)",
-                        self.stream
-                    ));
-                    continue;
-                }
-                Published::Refused(why) => {
-                    left.push(format!("{id} ({why})"));
-                    continue;
-                }
-            }
-            self.delete(stored.sequence).await.map_err(|e| {
-                TransportError::msg(
-                    "redriving",
-                    format!("{id} is back in `{}` but its dead-letter copy was not deleted ({e}); it is in both", self.stream),
-                )
-            })?;
-            redriven.push(id.clone());
         }
-        if !left.is_empty() {
-            return Err(TransportError::msg(
-                "redriving",
-                format!(
-                    "redriven: [{}]; left in the dead letter: {} — redrive them again later",
-                    redriven
-                        .iter()
-                        .map(UnitId::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    left.join(", ")
-                ),
-            ));
+        let mut published = self.publish_back(stored, id, edit).await?;
+        for _ in 0..3 {
+            match (&published, pass.source_window) {
+                (Published::Duplicate(at), Some(window))
+                    if !pass.sent.contains(&(id.clone(), *at)) =>
+                {
+                    tokio::time::sleep(window).await;
+                    published = self.publish_back(stored, id, edit).await?;
+                }
+                _ => break,
+            }
         }
-        Ok(RedriveReport::of(selection, redriven))
+        Ok(match published {
+            Published::Stored(at) => {
+                pass.sent.push((id.clone(), at));
+                Republished::Confirmed
+            }
+            Published::Duplicate(at) if pass.sent.contains(&(id.clone(), at)) => {
+                Republished::Confirmed
+            }
+            Published::Duplicate(_) => Republished::Left(format!(
+                "refused as a duplicate: its id is still inside `{}`'s duplicate window",
+                self.stream
+            )),
+            Published::Refused(why) => Republished::Left(why),
+        })
+    }
+
+    async fn remove(&self, _: &mut Pass, stored: Stored) -> Result<(), TransportError> {
+        self.delete(stored.sequence).await
     }
 }

@@ -10,9 +10,10 @@ use futures_util::StreamExt;
 use super::read::{NatsDeadLetters, Stored, get_stored};
 use crate::codec::{self, last};
 use crate::topology::SWEEPER;
-use delivery_core::disposition::ReasonKind;
+use delivery_core::dead_letter::DeadLetterStamp;
+use delivery_core::disposition::{DeadLetterReason, ReasonKind};
 use delivery_core::transport::{TransportError, TransportErrorKind};
-use delivery_core::unit::UnitId;
+use delivery_core::unit::{DeliveryCount, UnitId};
 
 /// What a sweep did ([`NatsDeadLetters::sweep`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,9 +84,7 @@ impl NatsDeadLetters {
             .context
             .get_consumer_from_stream(SWEEPER, &self.advisory_stream)
             .await
-            .map_err(|e| {
-                crate::error::transport_error("looking up the advisory stream's sweeper", e)
-            })?;
+            .map_err(|e| crate::error::NATS.error("looking up the advisory stream's sweeper", e))?;
         let mut held: Option<HashSet<u64>> = None;
         let mut source: Option<jetstream::stream::Stream> = None;
         loop {
@@ -94,7 +93,7 @@ impl NatsDeadLetters {
                 .max_messages(64)
                 .messages()
                 .await
-                .map_err(|e| crate::error::transport_error("reading the advisory stream", e))?;
+                .map_err(|e| crate::error::NATS.error("reading the advisory stream", e))?;
             let mut taken = 0usize;
             while let Some(advisory) = batch.next().await {
                 let advisory = advisory.map_err(|e| {
@@ -120,7 +119,7 @@ impl NatsDeadLetters {
                         self.context
                             .get_stream(&self.stream)
                             .await
-                            .map_err(|e| crate::error::transport_error("reading the stream", e))?,
+                            .map_err(|e| crate::error::NATS.error("reading the stream", e))?,
                     );
                 }
                 let source = source.as_ref().expect("read above");
@@ -191,15 +190,20 @@ impl NatsDeadLetters {
         let headers = codec::dead_letter_headers(
             Some(&unit.headers),
             &codec::DeadLetterOrigin {
-                reason: ReasonKind::Exhausted.as_str(),
-                detail: &format!(
-                    "its last delivery ({} of max_deliver) was never settled; moved by a sweep",
-                    advisory.deliveries
+                stamp: DeadLetterStamp::new(
+                    &DeadLetterReason::new(
+                        ReasonKind::Exhausted,
+                        format!(
+                            "its last delivery ({} of max_deliver) was never settled; moved by a \
+                             sweep",
+                            advisory.deliveries
+                        ),
+                    ),
+                    Some(&self.stream),
+                    DeliveryCount::new(u32::try_from(advisory.deliveries).unwrap_or(u32::MAX)),
                 ),
-                stream: &self.stream,
                 subject: &unit.subject,
                 sequence: advisory.stream_seq,
-                delivery_count: advisory.deliveries,
                 group: &self.durable,
             },
         );
@@ -211,9 +215,9 @@ impl NatsDeadLetters {
                 unit.payload.clone(),
             )
             .await
-            .map_err(|e| crate::error::transport_error("publishing to the dead-letter stream", e))?
+            .map_err(|e| crate::error::NATS.error("publishing to the dead-letter stream", e))?
             .await
-            .map_err(|e| crate::error::transport_error("confirming the dead-letter publish", e))?;
+            .map_err(|e| crate::error::NATS.error("confirming the dead-letter publish", e))?;
         if ack.duplicate {
             // Another unit with the same `Nats-Msg-Id` within the dead letter's 100 ms window:
             // leave the advisory to a later sweep.

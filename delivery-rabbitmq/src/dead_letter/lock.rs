@@ -56,7 +56,7 @@ impl RabbitDeadLetters {
                 Ok(channel) => channel,
                 Err(error) => {
                     connection.close("done").await;
-                    return Err(crate::error::transport_error("opening a channel", error));
+                    return Err(crate::error::LAPIN.error("opening a channel", error));
                 }
             };
             // A refusal closes the channel that asked: each step that may be refused is tried
@@ -117,7 +117,7 @@ impl RabbitDeadLetters {
                     }),
                     Err(error) => {
                         connection.close("done").await;
-                        Err(crate::error::transport_error("opening a channel", error))
+                        Err(crate::error::LAPIN.error("opening a channel", error))
                     }
                 };
             }
@@ -133,7 +133,7 @@ impl RabbitDeadLetters {
                     ),
                 )
             } else {
-                crate::error::transport_error("taking the dead letter's lock", error)
+                crate::error::LAPIN.error("taking the dead letter's lock", error)
             });
         }
     }
@@ -181,7 +181,7 @@ impl RabbitDeadLetters {
                 FieldTable::default(),
             )
             .await
-            .map_err(|e| crate::error::transport_error("reading the dead letter's depth", e))?;
+            .map_err(|e| crate::error::LAPIN.error("reading the dead letter's depth", e))?;
         Ok(u64::from(queue.message_count()))
     }
 }

@@ -12,7 +12,7 @@ pub use queue::RabbitDeadLetters;
 use bytes::Bytes;
 
 use delivery_core::dead_letter::{
-    Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
+    self, Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection,
 };
 use delivery_core::transport::TransportError;
 use delivery_core::unit::UnitId;
@@ -79,8 +79,7 @@ impl DeadLetters for RabbitDeadLetters {
     }
 
     async fn redrive(&self, selection: Selection<'_>) -> Result<RedriveReport, TransportError> {
-        let redriven = self.redrive_selected(selection, None).await?;
-        Ok(RedriveReport::of(selection, redriven))
+        dead_letter::redrive(self, selection).await
     }
 
     async fn purge(&self, ids: &[UnitId]) -> Result<u64, TransportError> {
@@ -106,9 +105,7 @@ impl DeadLetters for RabbitDeadLetters {
     }
 
     async fn redrive_edited(&self, id: &UnitId, payload: Bytes) -> Result<bool, TransportError> {
-        let selection = Selection::Ids(std::slice::from_ref(id));
-        let redriven = self.redrive_selected(selection, Some(&payload)).await?;
-        Ok(!redriven.is_empty())
+        dead_letter::redrive_edited(self, id, payload).await
     }
 }
 

@@ -37,12 +37,20 @@ impl RabbitDeadLetters {
         &self,
         work: impl AsyncFnOnce(&mut Pass) -> Result<T, TransportError>,
     ) -> Result<T, TransportError> {
+        let mut pass = self.open_pass().await?;
+        let result = work(&mut pass).await;
+        pass.end(self).await;
+        result
+    }
+
+    /// A snapshot of the dead letter, under its lock: [`Pass::end`] hands back what it holds.
+    pub(super) async fn open_pass(&self) -> Result<Pass, TransportError> {
         let reading = self.hold().await?;
         let channel = match reading.connection.create_channel().await {
             Ok(channel) => channel,
             Err(error) => {
                 reading.release().await;
-                return Err(crate::error::transport_error("opening a channel", error));
+                return Err(crate::error::LAPIN.error("opening a channel", error));
             }
         };
         let mut pass = Pass {
@@ -52,12 +60,13 @@ impl RabbitDeadLetters {
             last_tag: 0,
             unsettled: 0,
         };
-        let result = match pass.take_all(self).await {
-            Ok(()) => work(&mut pass).await,
-            Err(error) => Err(error),
-        };
-        pass.end(self).await;
-        result
+        match pass.take_all(self).await {
+            Ok(()) => Ok(pass),
+            Err(error) => {
+                pass.end(self).await;
+                Err(error)
+            }
+        }
     }
 }
 
@@ -85,8 +94,7 @@ impl Pass {
         if ready == 0 {
             return Ok(());
         }
-        let reading =
-            |e| crate::error::transport_error("reading the dead letter (basic.consume)", e);
+        let reading = |e| crate::error::LAPIN.error("reading the dead letter (basic.consume)", e);
         self.channel
             .basic_qos(0, BasicQosOptions::default())
             .await
@@ -176,10 +184,9 @@ impl Pass {
                 "removing from the dead letter (basic.ack)",
                 "the delivery was already settled",
             )),
-            Err(error) => Err(crate::error::transport_error(
-                "removing from the dead letter (basic.ack)",
-                error,
-            )),
+            Err(error) => {
+                Err(crate::error::LAPIN.error("removing from the dead letter (basic.ack)", error))
+            }
         }
     }
 
@@ -197,7 +204,7 @@ impl Pass {
             )
             .await
             .map_err(|e| {
-                crate::error::transport_error("removing from the dead letter (basic.get)", e)
+                crate::error::LAPIN.error("removing from the dead letter (basic.get)", e)
             })?;
         if let Some(message) = got {
             self.take(message.delivery);

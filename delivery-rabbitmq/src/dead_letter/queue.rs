@@ -1,11 +1,10 @@
-//! The dead letter of one queue as the operator holds it: [`RabbitDeadLetters`], and the
-//! depth gauge.
+//! The dead letter of one queue as the operator holds it: [`RabbitDeadLetters`].
 
 use std::num::NonZeroU32;
-use std::time::Duration;
 
 use crate::connector::RabbitConnector;
 use crate::topology::RabbitTopology;
+#[cfg(doc)]
 use delivery_core::dead_letter::DeadLetters;
 
 /// The dead letter of one queue, for an operator: it implements [`DeadLetters`].
@@ -113,15 +112,5 @@ impl RabbitDeadLetters {
             dead_letter_queue: topology.dead_letter_queue_name(),
             max_deliveries: topology.max_deliveries(),
         }
-    }
-
-    /// Keeps the `delivery_dead_letter_depth` gauge current, reading the depth every `every`,
-    /// until the returned task is aborted.
-    pub fn watch_depth(&self, every: Duration) -> tokio::task::JoinHandle<()> {
-        let this = self.clone();
-        delivery_core::transport::watch_depth(self.dead_letter_queue.clone(), every, move || {
-            let this = this.clone();
-            async move { DeadLetters::count(&this).await }
-        })
     }
 }

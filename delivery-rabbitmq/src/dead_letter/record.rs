@@ -8,7 +8,7 @@ use lapin::{Acker, BasicProperties};
 use sha2::{Digest, Sha256};
 
 use crate::codec::{self, as_text, as_u64, get};
-use delivery_core::dead_letter::DeadLetter;
+use delivery_core::dead_letter::{DeadLetter, DeadLetterStamp};
 use delivery_core::disposition::ReasonKind;
 use delivery_core::headers;
 use delivery_core::unit::{DeliveryCount, Unit, UnitId};
@@ -20,15 +20,20 @@ impl RabbitDeadLetters {
     pub(super) fn record(&self, taken: &mut Taken) -> DeadLetter {
         let properties = &taken.properties;
         let table = properties.headers().as_ref();
-        let text = |name: &str| get(table, name).and_then(as_text);
+        // A count written as a number (before the stamp was text) reads as its digits.
+        let stamp = DeadLetterStamp::read(|name| {
+            let value = get(table, name)?;
+            as_text(value)
+                .or_else(|| as_u64(value).map(|n| n.to_string()))
+                .map(Into::into)
+        });
         // The latest time the broker dead-lettered it, if it did.
         let death = latest_death(table);
         let by_broker_past_limit = death
             .as_ref()
             .is_some_and(|d| d.reason == "delivery_limit" && d.queue == self.queue);
-        let count = get(table, headers::DEAD_LETTER_DELIVERY_COUNT)
-            .and_then(as_u64)
-            .map(|c| DeliveryCount::new(u32::try_from(c).unwrap_or(u32::MAX)))
+        let count = stamp
+            .delivery_count
             .or_else(|| by_broker_past_limit.then(|| DeliveryCount::new(self.max_deliveries.get())))
             .unwrap_or(DeliveryCount::FIRST);
         let mut unit = Unit::new(taken.key.id.clone(), std::mem::take(&mut taken.data))
@@ -37,14 +42,16 @@ impl RabbitDeadLetters {
         if let Some(stamp) = codec::stamp(table) {
             unit = unit.with_stamp(stamp);
         }
-        let source = text(headers::DEAD_LETTER_SOURCE)
+        let source = stamp
+            .source
             .or_else(|| death.as_ref().map(|d| d.queue.clone()))
             .unwrap_or_else(|| self.queue.clone());
         let mut record = DeadLetter::new(unit, source, taken.key.position());
-        record.reason = text(headers::DEAD_LETTER_REASON)
-            .and_then(|r| ReasonKind::parse(&r))
+        record.reason = stamp
+            .reason
             .or_else(|| by_broker_past_limit.then_some(ReasonKind::Exhausted));
-        record.detail = text(headers::DEAD_LETTER_DETAIL)
+        record.detail = stamp
+            .detail
             .or_else(|| {
                 death.as_ref().map(|d| {
                     format!(

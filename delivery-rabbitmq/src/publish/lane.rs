@@ -45,11 +45,11 @@ impl Lane {
         let channel = connection
             .create_channel()
             .await
-            .map_err(|e| crate::error::transport_error("opening a publishing channel", e))?;
+            .map_err(|e| crate::error::LAPIN.error("opening a publishing channel", e))?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
             .await
-            .map_err(|e| crate::error::transport_error("enabling publisher confirms", e))?;
+            .map_err(|e| crate::error::LAPIN.error("enabling publisher confirms", e))?;
         let (requests, received) = mpsc::unbounded_channel();
         let broken = Arc::new(AtomicBool::new(false));
         tokio::spawn(pump(

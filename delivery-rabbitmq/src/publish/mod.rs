@@ -221,10 +221,9 @@ impl ConfirmedPublisher {
         let permit = match Arc::clone(&self.window).acquire_owned().await {
             Ok(permit) => permit,
             Err(e) => {
-                return Outcome::Unavailable(crate::error::transport_error(
-                    "waiting for a window slot",
-                    e,
-                ));
+                return Outcome::Unavailable(
+                    crate::error::LAPIN.error("waiting for a window slot", e),
+                );
             }
         };
         let lane = match self.lane().await {
