@@ -1,14 +1,16 @@
-//! What the inbox's stores share: the [`Inbox`] (a consumer and its table), the
-//! [`InboxDatabase`] each store implements, the table name's validation, and the cleanup task.
+//! The inbox's write side: the [`Inbox`] (a consumer and its table) and its record, in the
+//! handler's transaction, in every database ([`InboxDatabase`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::Transaction;
 
 use delivery_core::unit::UnitId;
+
+use crate::driver::{Exec, Sql, Value};
+use crate::table::Table;
 
 /// The table an [`Inbox`] keeps its records in unless [`Inbox::table`] names another.
 pub const TABLE: &str = "delivery_inbox";
@@ -17,8 +19,8 @@ pub const TABLE: &str = "delivery_inbox";
 /// module](super)). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Inbox {
-    pub(super) consumer: Arc<str>,
-    pub(super) table: Table,
+    pub(crate) consumer: Arc<str>,
+    pub(crate) table: Table,
 }
 
 impl Inbox {
@@ -54,7 +56,7 @@ impl Inbox {
 
     /// The table the records are kept in.
     pub fn table_name(&self) -> &str {
-        &self.table.qualified
+        self.table.qualified()
     }
 
     /// Records `id` as applied by this consumer, in the caller's transaction, and says whether
@@ -71,7 +73,7 @@ impl Inbox {
     ) -> Result<bool, sqlx::Error> {
         DB::record(
             &mut **tx,
-            &self.table.qualified,
+            self.table.qualified(),
             &self.consumer,
             id.as_str(),
         )
@@ -96,88 +98,34 @@ pub trait InboxDatabase: sqlx::Database {
     ) -> RecordFuture<'a>;
 }
 
-/// How many records one statement of `retain` deletes: a long cleanup holds no lock for long.
-pub(super) const BATCH: i64 = 10_000;
-
-/// Runs `retain` now and then every `every`, until the task is aborted; a failed run is logged.
-pub(super) fn cleanup<R, F>(
-    inbox: Inbox,
-    every: Duration,
-    mut retain: R,
-) -> tokio::task::JoinHandle<()>
-where
-    R: FnMut() -> F + Send + 'static,
-    F: Future<Output = Result<u64, sqlx::Error>> + Send,
-{
-    tokio::spawn(async move {
-        loop {
-            match retain().await {
-                Ok(deleted) => tracing::debug!(
-                    consumer = &*inbox.consumer,
-                    table = &*inbox.table.qualified,
-                    deleted,
-                    "inbox records past their retention deleted"
-                ),
-                Err(error) => tracing::warn!(
-                    consumer = &*inbox.consumer,
-                    table = &*inbox.table.qualified,
-                    %error,
-                    "could not delete the inbox records past their retention"
-                ),
-            }
-            tokio::time::sleep(every).await;
-        }
-    })
-}
-
-/// A validated table name: `name` or `schema.name`, each an SQL identifier.
-#[derive(Clone, Debug)]
-pub(super) struct Table {
-    /// As written in statements.
-    pub(super) qualified: Arc<str>,
-    /// The schema (PostgreSQL) or attached database (SQLite), if named.
-    pub(super) schema: Option<Arc<str>>,
-    /// The unqualified name: index names start with it.
-    pub(super) name: Arc<str>,
-}
-
-impl Table {
-    fn parse(table: &str) -> Option<Table> {
-        let ident = |s: &str| {
-            let mut chars = s.chars();
-            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && s.len() <= 50
-        };
-        let (schema, name) = match table.split_once('.') {
-            Some((schema, name)) if ident(schema) && ident(name) => (Some(schema.into()), name),
-            None if ident(table) => (None, table),
-            _ => return None,
-        };
-        Some(Table {
-            qualified: table.into(),
-            schema,
-            name: name.into(),
+/// Every database the stores run on (sqlx's `Postgres`, `Sqlite`): one `INSERT`, the same in
+/// each.
+impl<DB: Sql> InboxDatabase for DB {
+    fn record<'a>(
+        conn: &'a mut Self::Connection,
+        table: &'a str,
+        consumer: &'a str,
+        id: &'a str,
+    ) -> RecordFuture<'a> {
+        Box::pin(async move {
+            // The table name was validated as an identifier when the inbox was built. A
+            // concurrent transaction inserting the same key makes this one wait until it ends
+            // (PostgreSQL: on the primary key; SQLite: for the database's write lock, up to the
+            // busy timeout): committed, a conflict (nothing inserted); rolled back, inserted.
+            let sql = format!(
+                "INSERT INTO {table} (consumer, unit_id) VALUES ($1, $2) \
+                 ON CONFLICT (consumer, unit_id) DO NOTHING"
+            );
+            let args = DB::arguments(&[Value::Text(consumer), Value::Text(id)])?;
+            let inserted = DB::execute(Exec::Conn(conn), &sql, args).await?;
+            Ok(inserted == 1)
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Inbox, Table};
-
-    #[test]
-    fn table_names_are_identifiers() {
-        let t = Table::parse("app.inbox_2").unwrap();
-        assert_eq!(
-            (&*t.qualified, t.schema.as_deref(), &*t.name),
-            ("app.inbox_2", Some("app"), "inbox_2")
-        );
-        assert!(Table::parse("delivery_inbox").unwrap().schema.is_none());
-        for bad in ["", "1x", "a b", "a;drop", "a.b.c", "a.", ".b", "x\"y"] {
-            assert!(Table::parse(bad).is_none(), "{bad:?}");
-        }
-    }
+    use super::Inbox;
 
     #[test]
     fn defaults() {
