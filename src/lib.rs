@@ -156,9 +156,9 @@ pub use delivery_http as http;
 /// [`SqliteInbox`](delivery_sqlite::inbox::SqliteInbox).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod inbox {
-    pub use delivery_sql::inbox::{Inbox, InboxDatabase, RecordFuture, SqlInbox, TABLE};
     #[cfg(feature = "postgres")]
     pub use delivery_postgres::inbox::PgInbox;
+    pub use delivery_sql::inbox::{Inbox, InboxDatabase, RecordFuture, SqlInbox, TABLE};
     #[cfg(feature = "sqlite")]
     pub use delivery_sqlite::inbox::SqliteInbox;
 }
@@ -169,10 +169,10 @@ pub use delivery_sql::sqlx;
 /// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`], in each database.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod store {
-    pub use delivery_sql::store::TABLE;
     /// The guard in PostgreSQL (feature `postgres`).
     #[cfg(feature = "postgres")]
     pub use delivery_postgres::store as postgres;
+    pub use delivery_sql::store::TABLE;
     /// The guard in SQLite (feature `sqlite`).
     #[cfg(feature = "sqlite")]
     pub use delivery_sqlite::store as sqlite;
@@ -187,10 +187,10 @@ pub mod outbox {
     };
     #[cfg(feature = "postgres")]
     pub use delivery_postgres::outbox::PgStore;
-    #[cfg(feature = "sqlite")]
-    pub use delivery_sqlite::outbox::SqliteStore;
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub use delivery_sql::outbox::{InsertFuture, NewRecord, Outbox, OutboxDatabase, SqlStore};
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sqlite::outbox::SqliteStore;
 }
 
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].

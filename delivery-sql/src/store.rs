@@ -1,5 +1,5 @@
 //! The store guard of rule 4: arrival order is not the record's order, so a store applies a keyed
-//! write only if the unit's [`Stamp`](delivery_core::Stamp) is newer than the one it already holds for
+//! write only if the unit's [`Stamp`] is newer than the one it already holds for
 //! that key.
 //!
 //! The guard keeps one row per key — `(scope, key, stamp)` in the `delivery_stamps` table — and
@@ -64,7 +64,11 @@ pub async fn advance<DB: Sql>(
     key: &str,
     stamp: Stamp,
 ) -> Result<bool, sqlx::Error> {
-    let args = DB::arguments(&[Value::Text(scope), Value::Text(key), Value::Int(stored(stamp)?)])?;
+    let args = DB::arguments(&[
+        Value::Text(scope),
+        Value::Text(key),
+        Value::Int(stored(stamp)?),
+    ])?;
     let sql = "INSERT INTO delivery_stamps (scope, key, stamp) VALUES ($1, $2, $3) \
                ON CONFLICT (scope, key) DO UPDATE SET stamp = EXCLUDED.stamp \
                WHERE delivery_stamps.stamp < EXCLUDED.stamp \
@@ -75,7 +79,7 @@ pub async fn advance<DB: Sql>(
 
 /// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message
 /// (an `Encode` error would print it twice, as itself and as its source). A handler taking
-/// [`Stamp`](delivery_core::Stamp) never gets here with one: its unit is malformed, dead-lettered at once.
+/// [`Stamp`] never gets here with one: its unit is malformed, dead-lettered at once.
 fn stored(stamp: Stamp) -> Result<i64, sqlx::Error> {
     i64::try_from(stamp.0).map_err(|_| {
         sqlx::Error::InvalidArgument(format!(

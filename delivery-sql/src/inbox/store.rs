@@ -121,7 +121,8 @@ impl<D: Dialect> SqlInbox<D> {
             "SELECT EXISTS (SELECT 1 FROM {} WHERE consumer = $1 AND unit_id = $2) AS applied",
             self.inbox.table.qualified()
         );
-        let args = D::Database::arguments(&[Value::Text(&self.inbox.consumer), Value::Text(id.as_str())])?;
+        let args =
+            D::Database::arguments(&[Value::Text(&self.inbox.consumer), Value::Text(id.as_str())])?;
         let row = D::Database::fetch_optional(Exec::Pool(&self.pool), &sql, args)
             .await?
             .ok_or(sqlx::Error::RowNotFound)?;
@@ -152,7 +153,11 @@ impl<D: Dialect> SqlInbox<D> {
 
     /// Runs [`retain`](Self::retain) now and then every `every`, until the returned task is
     /// aborted; a failed run is logged and tried again at the next interval.
-    pub fn spawn_cleanup(&self, every: Duration, older_than: Duration) -> tokio::task::JoinHandle<()> {
+    pub fn spawn_cleanup(
+        &self,
+        every: Duration,
+        older_than: Duration,
+    ) -> tokio::task::JoinHandle<()> {
         let store = self.clone();
         tokio::spawn(async move {
             loop {

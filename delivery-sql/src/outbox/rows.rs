@@ -92,4 +92,3 @@ pub(crate) fn stored<DB: Sql>(row: &DB::Row) -> Result<StoredRecord, sqlx::Error
 
 /// The columns [`stored`] reads.
 pub(crate) const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error";
-

@@ -152,7 +152,9 @@ impl<D: Dialect> SqlStore<D> {
 
     /// How many records have `status`.
     async fn count_with(&self, status: &str) -> Result<u64, sqlx::Error> {
-        let row = self.fetch_one(&self.sql.count, &[Value::Text(status)]).await?;
+        let row = self
+            .fetch_one(&self.sql.count, &[Value::Text(status)])
+            .await?;
         Ok(D::Database::int(&row, "n")?.max(0) as u64)
     }
 
@@ -282,13 +284,19 @@ impl<D: Dialect> DeadRecords for SqlStore<D> {
 
     /// Pending again under the same id, attempts back to 0, available now (the last error stays
     /// for reference); relays are woken.
-    async fn requeue_dead(&self, ids: Option<&[RecordId]>) -> Result<Vec<RecordId>, TransportError> {
+    async fn requeue_dead(
+        &self,
+        ids: Option<&[RecordId]>,
+    ) -> Result<Vec<RecordId>, TransportError> {
         self.requeue_dead_sql(ids)
             .await
             .map_err(failed("requeueing dead records"))
     }
 
-    async fn dead_payload(&self, id: &RecordId) -> Result<Option<(Bytes, Headers)>, TransportError> {
+    async fn dead_payload(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(Bytes, Headers)>, TransportError> {
         self.dead_payload_sql(id)
             .await
             .map_err(failed("reading a dead record"))
@@ -392,7 +400,10 @@ impl<D: Dialect> SqlStore<D> {
             .collect()
     }
 
-    async fn dead_payload_sql(&self, id: &RecordId) -> Result<Option<(Bytes, Headers)>, sqlx::Error> {
+    async fn dead_payload_sql(
+        &self,
+        id: &RecordId,
+    ) -> Result<Option<(Bytes, Headers)>, sqlx::Error> {
         let args = D::Database::arguments(&[Value::Text(id.as_str())])?;
         let row = D::Database::fetch_optional(self.exec(), &self.sql.dead_payload, args).await?;
         row.as_ref()
