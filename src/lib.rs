@@ -152,21 +152,21 @@ pub use delivery_kafka as kafka;
 pub use delivery_http as http;
 
 /// The inbox (features `postgres`, `sqlite`): [`delivery_sql::inbox`], with
-/// [`PgInbox`](delivery_postgres::inbox::PgInbox) and
-/// [`SqliteInbox`](delivery_sqlite::inbox::SqliteInbox).
+/// [`PgInbox`](delivery_postgres::PgInbox) and [`SqliteInbox`](delivery_sqlite::SqliteInbox).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod inbox {
     #[cfg(feature = "postgres")]
-    pub use delivery_postgres::inbox::PgInbox;
+    pub use delivery_postgres::PgInbox;
     pub use delivery_sql::inbox::{Inbox, InboxDatabase, RecordFuture, SqlInbox, TABLE};
     #[cfg(feature = "sqlite")]
-    pub use delivery_sqlite::inbox::SqliteInbox;
+    pub use delivery_sqlite::SqliteInbox;
 }
 /// sqlx 0.9 (features `postgres`, `sqlite`), which the stores run on.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 #[doc(no_inline)]
 pub use delivery_sql::sqlx;
-/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`], in each database.
+/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`], one statement in
+/// every database, for each database's connections.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub mod store {
     /// The guard in PostgreSQL (feature `postgres`).
@@ -186,11 +186,11 @@ pub mod outbox {
         RelayReport, Relayer, Status, Store, StoredRecord,
     };
     #[cfg(feature = "postgres")]
-    pub use delivery_postgres::outbox::PgStore;
+    pub use delivery_postgres::PgStore;
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub use delivery_sql::outbox::{InsertFuture, NewRecord, Outbox, OutboxDatabase, SqlStore};
     #[cfg(feature = "sqlite")]
-    pub use delivery_sqlite::outbox::SqliteStore;
+    pub use delivery_sqlite::SqliteStore;
 }
 
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].

@@ -6,7 +6,7 @@ use sqlx::postgres::{PgArguments, PgListener};
 use sqlx::{Arguments, PgConnection, PgPool};
 
 use delivery_core::outbox::{Mark, RecordId, Wakeups};
-use delivery_sql::dialect::{Dialect, DialectOf, OutboxSql};
+use delivery_sql::dialect::{Dialect, DialectOf, OutboxSql, mark_set};
 use delivery_sql::driver::Value;
 use delivery_sql::table::Table;
 
@@ -99,18 +99,15 @@ impl Dialect for Postgres {
                  RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq, headers"
             ),
             mark: format!(
-                "UPDATE {t} AS t SET \
-                   status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
-                   attempts = t.attempts - CASE WHEN f.op = 'release' THEN 1 ELSE 0 END, \
-                   last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
-                   available_at = CASE WHEN f.op = 'retry' THEN now() + f.delay_ms::float8 * interval '1 millisecond' \
-                                  ELSE t.available_at END, \
-                   delivered_at = CASE WHEN f.op = 'delivered' THEN now() ELSE NULL END, \
-                   lease_owner = NULL, lease_until = NULL \
+                "UPDATE {t} AS t SET {set} \
                  FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int8[]) AS f(id, op, error, delay_ms) \
                  WHERE {NO_FLUSH_WAIT} AND t.id = ANY(ARRAY(SELECT unnest($1::text[]))) \
                    AND t.id = f.id AND t.status = 'pending' \
-                   AND (f.op = 'delivered' OR t.lease_owner = $5)"
+                   AND (f.op = 'delivered' OR t.lease_owner = $5)",
+                set = mark_set(
+                    "now()",
+                    "now() + f.delay_ms::float8 * interval '1 millisecond'"
+                ),
             ),
             // `id = ANY(ARRAY(..))` finds the batch by the primary key (see the claim).
             retain: format!(

@@ -106,3 +106,17 @@ pub struct OutboxSql {
     /// Deletes the dead records `$1` ([`Dialect::add_ids`]).
     pub delete_dead: String,
 }
+
+/// The `SET` list of [`OutboxSql::mark`] (`UPDATE <table> AS t SET <this> FROM <the marks> AS f`,
+/// `f` with the columns `id, op, error, delay_ms`), in every dialect: `now` is the database's
+/// clock, `retry_at` when a retried record is claimable again (from `f.delay_ms`).
+pub fn mark_set(now: &str, retry_at: &str) -> String {
+    format!(
+        "status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
+         attempts = t.attempts - CASE WHEN f.op = 'release' THEN 1 ELSE 0 END, \
+         last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
+         available_at = CASE WHEN f.op = 'retry' THEN {retry_at} ELSE t.available_at END, \
+         delivered_at = CASE WHEN f.op = 'delivered' THEN {now} ELSE NULL END, \
+         lease_owner = NULL, lease_until = NULL"
+    )
+}

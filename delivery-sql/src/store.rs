@@ -40,7 +40,8 @@ use crate::driver::{Exec, Sql, Value};
 pub const TABLE: &str = "delivery_stamps";
 
 /// Creates the guard's table if it does not exist, through `conn` (in a transaction of its own,
-/// nested in the caller's if `conn` is in one). Safe to run at every start.
+/// nested in the caller's if `conn` is in one). Safe to run at every start, from several
+/// processes at once.
 pub async fn migrate<D: Dialect>(
     conn: &mut <D::Database as Database>::Connection,
 ) -> Result<(), sqlx::Error> {
@@ -56,8 +57,19 @@ pub async fn migrate<D: Dialect>(
 /// Moves `key`'s stamp (in `scope`, usually the table the caller writes) to `stamp` if `stamp` is
 /// newer than the one stored, in the caller's transaction: `true` when it did (write the unit's
 /// state), `false` when the store already holds this stamp or a newer one (write nothing; the
-/// unit is handled). `delivery::store::postgres::advance` and `delivery::store::sqlite::advance`
-/// are this, for a connection of each.
+/// unit is handled). One statement, the same in PostgreSQL and SQLite.
+///
+/// ```no_run
+/// # async fn handle(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// use delivery::{Stamp, store::postgres};
+/// let mut tx = pool.begin().await?;
+/// postgres::migrate(&mut tx).await?;
+/// assert!(postgres::advance(&mut tx, "orders", "o-1", Stamp(7)).await?);
+/// assert!(!postgres::advance(&mut tx, "orders", "o-1", Stamp(5)).await?, "older: refused");
+/// assert!(!postgres::advance(&mut tx, "orders", "o-1", Stamp(7)).await?, "the same: refused");
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
 pub async fn advance<DB: Sql>(
     conn: &mut DB::Connection,
     scope: &str,
@@ -75,6 +87,41 @@ pub async fn advance<DB: Sql>(
                RETURNING 1";
     let moved = DB::fetch_optional(Exec::Conn(conn), sql, args).await?;
     Ok(moved.is_some())
+}
+
+/// `pub mod store` of a database's crate: [`migrate`] and [`advance`] for its connections (so
+/// that `advance(&mut tx, ..)` takes a transaction or a pool's connection as it is), in the
+/// dialect `$dialect`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! guard_functions {
+    ($connection:ty, $dialect:ty) => {
+        /// The stamp guard of rule 4 in this database: [`delivery_sql::store`] for its
+        /// connections.
+        pub mod store {
+            pub use $crate::store::TABLE;
+
+            /// Creates the guard's table if it does not exist
+            /// ([`delivery_sql::store::migrate`]). Safe to run at every start.
+            pub async fn migrate(conn: &mut $connection) -> Result<(), $crate::sqlx::Error> {
+                $crate::store::migrate::<$dialect>(conn).await
+            }
+
+            /// Moves `key`'s stamp (in `scope`) to `stamp` if `stamp` is newer than the one
+            /// stored, in the caller's transaction ([`delivery_sql::store::advance`]).
+            pub async fn advance(
+                conn: &mut $connection,
+                scope: &str,
+                key: &str,
+                stamp: ::delivery_core::unit::Stamp,
+            ) -> Result<bool, $crate::sqlx::Error> {
+                $crate::store::advance::<<$dialect as $crate::dialect::Dialect>::Database>(
+                    conn, scope, key, stamp,
+                )
+                .await
+            }
+        }
+    };
 }
 
 /// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message

@@ -6,7 +6,7 @@ use sqlx::sqlite::SqliteArguments;
 use sqlx::{Arguments, SqliteConnection, SqlitePool};
 
 use delivery_core::outbox::{Mark, RecordId, Wakeups};
-use delivery_sql::dialect::{Dialect, DialectOf, OutboxSql};
+use delivery_sql::dialect::{Dialect, DialectOf, OutboxSql, mark_set};
 use delivery_sql::driver::Value;
 use delivery_sql::table::Table;
 
@@ -78,16 +78,11 @@ impl Dialect for Sqlite {
                  RETURNING id, topic, key, payload, attempts - 1 AS attempts, seq, headers"
             ),
             mark: format!(
-                "UPDATE {t} AS t SET \
-                   status = CASE f.op WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END, \
-                   attempts = t.attempts - CASE WHEN f.op = 'release' THEN 1 ELSE 0 END, \
-                   last_error = CASE WHEN f.op IN ('retry', 'dead') THEN f.error ELSE t.last_error END, \
-                   available_at = CASE WHEN f.op = 'retry' THEN {NOW} + f.delay_ms ELSE t.available_at END, \
-                   delivered_at = CASE WHEN f.op = 'delivered' THEN {NOW} ELSE NULL END, \
-                   lease_owner = NULL, lease_until = NULL \
+                "UPDATE {t} AS t SET {set} \
                  FROM (SELECT value ->> 0 AS id, value ->> 1 AS op, value ->> 2 AS error, \
                               value ->> 3 AS delay_ms FROM json_each($1)) AS f \
-                 WHERE t.id = f.id AND t.status = 'pending' AND (f.op = 'delivered' OR t.lease_owner = $2)"
+                 WHERE t.id = f.id AND t.status = 'pending' AND (f.op = 'delivered' OR t.lease_owner = $2)",
+                set = mark_set(NOW, &format!("{NOW} + f.delay_ms")),
             ),
             retain: format!(
                 "DELETE FROM {t} WHERE seq IN ( \

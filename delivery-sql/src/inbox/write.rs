@@ -71,57 +71,29 @@ impl Inbox {
         tx: &mut Transaction<'_, DB>,
         id: &UnitId,
     ) -> Result<bool, sqlx::Error> {
-        DB::record(
-            &mut **tx,
-            self.table.qualified(),
-            &self.consumer,
-            id.as_str(),
-        )
-        .await
+        // The table name was validated as an identifier when the inbox was built. A
+        // concurrent transaction inserting the same key makes this one wait until it ends
+        // (PostgreSQL: on the primary key; SQLite: for the database's write lock, up to the busy
+        // timeout): committed, a conflict (nothing inserted); rolled back, inserted.
+        let sql = format!(
+            "INSERT INTO {} (consumer, unit_id) VALUES ($1, $2) \
+             ON CONFLICT (consumer, unit_id) DO NOTHING",
+            self.table.qualified()
+        );
+        let args = DB::arguments(&[Value::Text(&self.consumer), Value::Text(id.as_str())])?;
+        let inserted = DB::execute(Exec::Conn(&mut **tx), &sql, args).await?;
+        Ok(inserted == 1)
     }
 }
 
-/// A boxed future, as [`InboxDatabase::record`] returns.
+/// A boxed future of a record, for code that names one.
 pub type RecordFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, sqlx::Error>> + Send + 'a>>;
 
 /// A database an [`Inbox`] can be kept in: PostgreSQL (feature `postgres`) and SQLite (feature
-/// `sqlite`).
-pub trait InboxDatabase: sqlx::Database {
-    /// Inserts `(consumer, id)` through `conn` (the caller's transaction) unless it is there:
-    /// `true` when it inserted.
-    #[doc(hidden)]
-    fn record<'a>(
-        conn: &'a mut Self::Connection,
-        table: &'a str,
-        consumer: &'a str,
-        id: &'a str,
-    ) -> RecordFuture<'a>;
-}
+/// `sqlite`), each with one `INSERT … ON CONFLICT DO NOTHING`, the same in both.
+pub trait InboxDatabase: Sql {}
 
-/// Every database the stores run on (sqlx's `Postgres`, `Sqlite`): one `INSERT`, the same in
-/// each.
-impl<DB: Sql> InboxDatabase for DB {
-    fn record<'a>(
-        conn: &'a mut Self::Connection,
-        table: &'a str,
-        consumer: &'a str,
-        id: &'a str,
-    ) -> RecordFuture<'a> {
-        Box::pin(async move {
-            // The table name was validated as an identifier when the inbox was built. A
-            // concurrent transaction inserting the same key makes this one wait until it ends
-            // (PostgreSQL: on the primary key; SQLite: for the database's write lock, up to the
-            // busy timeout): committed, a conflict (nothing inserted); rolled back, inserted.
-            let sql = format!(
-                "INSERT INTO {table} (consumer, unit_id) VALUES ($1, $2) \
-                 ON CONFLICT (consumer, unit_id) DO NOTHING"
-            );
-            let args = DB::arguments(&[Value::Text(consumer), Value::Text(id)])?;
-            let inserted = DB::execute(Exec::Conn(conn), &sql, args).await?;
-            Ok(inserted == 1)
-        })
-    }
-}
+impl<DB: Sql> InboxDatabase for DB {}
 
 #[cfg(test)]
 mod tests {

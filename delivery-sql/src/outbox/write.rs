@@ -98,16 +98,19 @@ impl Outbox {
         // `delivery_core::trace`).
         let headers =
             super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
-        DB::insert(
-            &mut **tx,
-            self.table.qualified(),
-            id.as_str(),
-            &record.topic,
-            record.key.as_deref(),
-            &record.payload,
-            headers.as_deref(),
-        )
-        .await?;
+        // The table name was validated as an identifier when the outbox was built.
+        let sql = format!(
+            "INSERT INTO {} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)",
+            self.table.qualified()
+        );
+        let args = DB::arguments(&[
+            Value::Text(id.as_str()),
+            Value::Text(&record.topic),
+            Value::OptText(record.key.as_deref()),
+            Value::Bytes(&record.payload),
+            Value::OptText(headers.as_deref()),
+        ])?;
+        DB::execute(Exec::Conn(&mut **tx), &sql, args).await?;
         Ok(id)
     }
 }
@@ -180,51 +183,11 @@ impl NewRecord {
     }
 }
 
-/// A boxed future, as [`OutboxDatabase::insert`] returns.
+/// A boxed future of a write, for code that names one.
 pub type InsertFuture<'a> = Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>>;
 
 /// A database an [`Outbox`] can be written in: PostgreSQL (feature `postgres`) and SQLite
-/// (feature `sqlite`).
-pub trait OutboxDatabase: sqlx::Database {
-    /// Inserts one pending record through `conn` (the caller's transaction).
-    #[doc(hidden)]
-    fn insert<'a>(
-        conn: &'a mut Self::Connection,
-        table: &'a str,
-        id: &'a str,
-        topic: &'a str,
-        key: Option<&'a str>,
-        payload: &'a [u8],
-        headers: Option<&'a str>,
-    ) -> InsertFuture<'a>;
-}
+/// (feature `sqlite`), each with one `INSERT`, the same in both.
+pub trait OutboxDatabase: Sql {}
 
-/// Every database the stores run on (sqlx's `Postgres`, `Sqlite`): one `INSERT`, the same in
-/// each.
-impl<DB: Sql> OutboxDatabase for DB {
-    fn insert<'a>(
-        conn: &'a mut Self::Connection,
-        table: &'a str,
-        id: &'a str,
-        topic: &'a str,
-        key: Option<&'a str>,
-        payload: &'a [u8],
-        headers: Option<&'a str>,
-    ) -> InsertFuture<'a> {
-        Box::pin(async move {
-            // The table name was validated as an identifier when the outbox was built.
-            let sql = format!(
-                "INSERT INTO {table} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)"
-            );
-            let args = DB::arguments(&[
-                Value::Text(id),
-                Value::Text(topic),
-                Value::OptText(key),
-                Value::Bytes(payload),
-                Value::OptText(headers),
-            ])?;
-            DB::execute(Exec::Conn(conn), &sql, args).await?;
-            Ok(())
-        })
-    }
-}
+impl<DB: Sql> OutboxDatabase for DB {}
