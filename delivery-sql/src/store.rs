@@ -103,7 +103,7 @@ macro_rules! guard_functions {
 
             /// Creates the guard's table if it does not exist
             /// ([`delivery_sql::store::migrate`]). Safe to run at every start.
-            pub async fn migrate(conn: &mut $connection) -> Result<(), $crate::sqlx::Error> {
+            pub async fn migrate(conn: &mut $connection) -> Result<(), ::sqlx::Error> {
                 $crate::store::migrate::<$dialect>(conn).await
             }
 
@@ -114,7 +114,7 @@ macro_rules! guard_functions {
                 scope: &str,
                 key: &str,
                 stamp: ::delivery_core::unit::Stamp,
-            ) -> Result<bool, $crate::sqlx::Error> {
+            ) -> Result<bool, ::sqlx::Error> {
                 $crate::store::advance::<<$dialect as $crate::dialect::Dialect>::Database>(
                     conn, scope, key, stamp,
                 )
