@@ -10,16 +10,12 @@
 
 mod dialect;
 
-pub use delivery_sql::{inbox, outbox};
 pub use dialect::Postgres;
 
-delivery_sql::guard_functions!(sqlx::PgConnection, crate::Postgres);
-
-/// An outbox table in PostgreSQL (`outbox.postgres(pool)`): what a
-/// [`Relayer`](delivery_core::outbox::Relayer) relays from — several relays share one table, each
-/// record held by one of them at a time, woken by `LISTEN/NOTIFY` — and an operator's view of it.
-pub type PgStore = outbox::SqlStore<Postgres>;
-
-/// An [`Inbox`](inbox::Inbox)'s table in PostgreSQL (`inbox.postgres(pool)`): its migration and
-/// its retention.
-pub type PgInbox = inbox::SqlInbox<Postgres>;
+delivery_sql::database!(
+    crate::Postgres,
+    sqlx::PgConnection,
+    PgStore,
+    PgInbox,
+    "PostgreSQL"
+);

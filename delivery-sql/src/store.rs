@@ -89,41 +89,6 @@ pub async fn advance<DB: Sql>(
     Ok(moved.is_some())
 }
 
-/// `pub mod store` of a database's crate: [`migrate`] and [`advance`] for its connections (so
-/// that `advance(&mut tx, ..)` takes a transaction or a pool's connection as it is), in the
-/// dialect `$dialect`.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! guard_functions {
-    ($connection:ty, $dialect:ty) => {
-        /// The stamp guard of rule 4 in this database: [`delivery_sql::store`] for its
-        /// connections.
-        pub mod store {
-            pub use $crate::store::TABLE;
-
-            /// Creates the guard's table if it does not exist
-            /// ([`delivery_sql::store::migrate`]). Safe to run at every start.
-            pub async fn migrate(conn: &mut $connection) -> Result<(), ::sqlx::Error> {
-                $crate::store::migrate::<$dialect>(conn).await
-            }
-
-            /// Moves `key`'s stamp (in `scope`) to `stamp` if `stamp` is newer than the one
-            /// stored, in the caller's transaction ([`delivery_sql::store::advance`]).
-            pub async fn advance(
-                conn: &mut $connection,
-                scope: &str,
-                key: &str,
-                stamp: ::delivery_core::unit::Stamp,
-            ) -> Result<bool, ::sqlx::Error> {
-                $crate::store::advance::<<$dialect as $crate::dialect::Dialect>::Database>(
-                    conn, scope, key, stamp,
-                )
-                .await
-            }
-        }
-    };
-}
-
 /// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message
 /// (an `Encode` error would print it twice, as itself and as its source). A handler taking
 /// [`Stamp`] never gets here with one: its unit is malformed, dead-lettered at once.

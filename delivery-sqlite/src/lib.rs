@@ -10,16 +10,12 @@
 
 mod dialect;
 
-pub use delivery_sql::{inbox, outbox};
 pub use dialect::Sqlite;
 
-delivery_sql::guard_functions!(sqlx::SqliteConnection, crate::Sqlite);
-
-/// An outbox table in SQLite (`outbox.sqlite(pool)`): what a
-/// [`Relayer`](delivery_core::outbox::Relayer) relays from, one relay at a time, and an operator's
-/// view of it.
-pub type SqliteStore = outbox::SqlStore<Sqlite>;
-
-/// An [`Inbox`](inbox::Inbox)'s table in SQLite (`inbox.sqlite(pool)`): its migration and its
-/// retention.
-pub type SqliteInbox = inbox::SqlInbox<Sqlite>;
+delivery_sql::database!(
+    crate::Sqlite,
+    sqlx::SqliteConnection,
+    SqliteStore,
+    SqliteInbox,
+    "SQLite"
+);
