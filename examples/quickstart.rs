@@ -246,7 +246,7 @@ webhooks, verified over the raw body before parsing (rule 5):"
 /// Rule 6: the sending side. An order and the event announcing it are written in one transaction;
 /// the relay sends the event under the record's own id and marks it delivered only for the
 /// receiver's receipt. The first attempt fails (the receiver is "down"), the second gets through.
-/// (The outbox in SQLite, from `delivery-sql`, a dev-dependency of this workspace so the
+/// (The outbox in SQLite, from `delivery-sqlite`, a dev-dependency of this workspace so the
 /// quickstart needs no flag; your own service enables the `sqlite` or `postgres` feature of
 /// `delivery` and names the same types as `delivery::outbox::{NewRecord, Outbox}`.)
 mod relay {
@@ -255,7 +255,7 @@ mod relay {
     use delivery::{
         HandlerError, Receipt, State, disposition::Backoff, outbox::OutboxRecord, relay,
     };
-    use delivery_sql::outbox::{NewRecord, Outbox};
+    use delivery_sqlite::outbox::{NewRecord, Outbox};
 
     #[derive(serde::Serialize, serde::Deserialize)]
     struct OrderPlaced {

@@ -151,16 +151,32 @@ pub use delivery_kafka as kafka;
 #[cfg(feature = "http")]
 pub use delivery_http as http;
 
-/// The inbox (features `postgres`, `sqlite`): [`delivery_sql::inbox`].
+/// The inbox (features `postgres`, `sqlite`): [`delivery_sql::inbox`], with
+/// [`PgInbox`](delivery_postgres::PgInbox) and [`SqliteInbox`](delivery_sqlite::SqliteInbox).
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use delivery_sql::inbox;
+pub mod inbox {
+    #[cfg(feature = "postgres")]
+    pub use delivery_postgres::PgInbox;
+    pub use delivery_sql::inbox::{Inbox, InboxDatabase, RecordFuture, SqlInbox, TABLE};
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sqlite::SqliteInbox;
+}
 /// sqlx 0.9 (features `postgres`, `sqlite`), which the stores run on.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 #[doc(no_inline)]
 pub use delivery_sql::sqlx;
-/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`].
+/// The stamp guard (features `postgres`, `sqlite`): [`delivery_sql::store`], one statement in
+/// every database, for each database's connections.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub use delivery_sql::store;
+pub mod store {
+    /// The guard in PostgreSQL (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    pub use delivery_postgres::store as postgres;
+    pub use delivery_sql::store::TABLE;
+    /// The guard in SQLite (feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sqlite::store as sqlite;
+}
 
 /// The outbox: the relay ([`delivery_core::outbox`]) and, with the features `postgres` and
 /// `sqlite`, the write side and the stores ([`delivery_sql::outbox`]).
@@ -170,11 +186,11 @@ pub mod outbox {
         RelayReport, Relayer, Status, Store, StoredRecord,
     };
     #[cfg(feature = "postgres")]
-    pub use delivery_sql::outbox::PgStore;
-    #[cfg(feature = "sqlite")]
-    pub use delivery_sql::outbox::SqliteStore;
+    pub use delivery_postgres::PgStore;
     #[cfg(any(feature = "postgres", feature = "sqlite"))]
-    pub use delivery_sql::outbox::{InsertFuture, NewRecord, Outbox, OutboxDatabase};
+    pub use delivery_sql::outbox::{InsertFuture, NewRecord, Outbox, OutboxDatabase, SqlStore};
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sqlite::SqliteStore;
 }
 
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].
@@ -577,4 +593,6 @@ readme_examples!(
     AxumReadmeExamples = "../delivery-axum/README.md",
     HttpReadmeExamples = "../delivery-http/README.md",
     SqlReadmeExamples = "../delivery-sql/README.md",
+    PostgresReadmeExamples = "../delivery-postgres/README.md",
+    SqliteReadmeExamples = "../delivery-sqlite/README.md",
 );

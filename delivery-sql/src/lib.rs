@@ -1,15 +1,64 @@
-//! PostgreSQL and SQLite for [`delivery`](https://docs.rs/delivery), through sqlx 0.9: the outbox
-//! written in your own transaction and the stores a relay claims from ([`outbox`]), the inbox
-//! ([`inbox`]) and the stamp guard ([`store`]). Use it through the `delivery` facade (features
+//! What the PostgreSQL and SQLite crates of [`delivery`](https://docs.rs/delivery) share,
+//! through sqlx 0.9: the outbox written in your own transaction and the store a relay claims from
+//! ([`outbox`]), the inbox ([`inbox`]) and the stamp guard ([`store`]), each written once over a
+//! [`Dialect`](dialect::Dialect) — the SQL that differs between the databases, which
+//! delivery-postgres and delivery-sqlite provide. Use it through the `delivery` facade (features
 //! `postgres`, `sqlite`); the crate's README shows each, its examples compiled as doc tests of
 //! `delivery`.
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod dialect;
+pub mod driver;
 mod error;
 pub mod inbox;
 pub mod outbox;
 pub mod store;
+pub mod table;
+
+/// The names a database's crate exports, in the dialect `$dialect` whose sqlx connection is
+/// `$connection`: `$Store` (the outbox store), `$Inbox` (the inbox's table) and `pub mod store`
+/// ([`store::migrate`] and [`store::advance`] for its connections, so that `advance(&mut tx, ..)`
+/// takes a transaction or a pool's connection as it is), and the modules `outbox` and `inbox`.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! database {
+    ($dialect:ty, $connection:ty, $Store:ident, $Inbox:ident, $name:literal) => {
+        pub use $crate::{inbox, outbox};
+
+        #[doc = concat!("An outbox table in ", $name, ": what a `Relayer` relays from, and an operator's view of it (dead records, re-queue).")]
+        pub type $Store = $crate::outbox::SqlStore<$dialect>;
+
+        #[doc = concat!("An `Inbox`'s table in ", $name, ": its migration and its retention.")]
+        pub type $Inbox = $crate::inbox::SqlInbox<$dialect>;
+
+        /// The stamp guard of rule 4 in this database: [`delivery_sql::store`] for its
+        /// connections.
+        pub mod store {
+            pub use $crate::store::TABLE;
+
+            /// Creates the guard's table if it does not exist
+            /// ([`delivery_sql::store::migrate`]). Safe to run at every start.
+            pub async fn migrate(conn: &mut $connection) -> Result<(), ::sqlx::Error> {
+                $crate::store::migrate::<$dialect>(conn).await
+            }
+
+            /// Moves `key`'s stamp (in `scope`) to `stamp` if `stamp` is newer than the one
+            /// stored, in the caller's transaction ([`delivery_sql::store::advance`]).
+            pub async fn advance(
+                conn: &mut $connection,
+                scope: &str,
+                key: &str,
+                stamp: ::delivery_core::unit::Stamp,
+            ) -> Result<bool, ::sqlx::Error> {
+                $crate::store::advance::<<$dialect as $crate::dialect::Dialect>::Database>(
+                    conn, scope, key, stamp,
+                )
+                .await
+            }
+        }
+    };
+}
 
 /// sqlx 0.9, which the stores run on: the pools, connections and transactions you hand them must
 /// be its. Depend on `sqlx = "0.9"` yourself, or name its types through this re-export.

@@ -54,7 +54,7 @@
 //! # What it keeps
 //!
 //! One table, `delivery_inbox` unless [`Inbox::table`] names another, made by the store's
-//! `migrate` ([`PgInbox::migrate`], [`SqliteInbox::migrate`]):
+//! `migrate` ([`SqlInbox::migrate`]: `PgInbox`, `SqliteInbox`):
 //! `(consumer, unit_id, applied_at, PRIMARY KEY (consumer, unit_id))`. The consumer's name keeps
 //! two handlers of one unit apart (a unit fanned out to billing and to shipping is applied once by
 //! each). `applied_at` is the database's clock (`now()`, `unixepoch()`), read when the record is
@@ -88,7 +88,7 @@
 //!
 //! # Retention
 //!
-//! The table grows by one row per unit. [`PgInbox::retain`] / [`SqliteInbox::retain`] delete a
+//! The table grows by one row per unit. [`SqlInbox::retain`] (`PgInbox`, `SqliteInbox`) deletes a
 //! consumer's records older than an age, and `spawn_cleanup` runs that on an interval, outside
 //! every handler. **The trade-off:** a duplicate arriving after its record was deleted is applied
 //! again. Keep records longer than the longest a unit can come back — the broker's redelivery
@@ -101,15 +101,8 @@
 //! in autocommit the record would commit before the effect, and a crash between the two would
 //! keep the record and lose the effect — the redelivery would find the unit "applied".
 
-mod table;
+mod store;
+mod write;
 
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sqlite")]
-mod sqlite;
-
-#[cfg(feature = "postgres")]
-pub use postgres::PgInbox;
-#[cfg(feature = "sqlite")]
-pub use sqlite::SqliteInbox;
-pub use table::{Inbox, InboxDatabase, RecordFuture, TABLE};
+pub use store::SqlInbox;
+pub use write::{Inbox, InboxDatabase, RecordFuture, TABLE};

@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -11,11 +10,14 @@ use sqlx::Transaction;
 use delivery_core::outbox::RecordId;
 use delivery_core::unit::Headers;
 
+use crate::driver::{Exec, Sql, Value};
+use crate::table::Table;
+
 /// An outbox: the table records are written to, in the writer's transaction, and relayed from.
 ///
 /// The table is `delivery_outbox` unless [`Outbox::table`] names another; create it with the
-/// store's `migrate` ([`PgStore::migrate`](super::PgStore::migrate),
-/// [`SqliteStore::migrate`](super::SqliteStore::migrate)) or by hand from `delivery-core/sql/`.
+/// store's [`migrate`](super::SqlStore::migrate) (`PgStore`, `SqliteStore`) or by hand from the
+/// `sql/` file of delivery-postgres or delivery-sqlite.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")]
@@ -48,42 +50,6 @@ pub struct Outbox {
     pub(crate) table: Table,
 }
 
-/// A validated table name: `name` or `schema.name`, each an SQL identifier.
-#[derive(Clone, Debug)]
-pub(crate) struct Table {
-    /// As written in statements.
-    pub(crate) qualified: Arc<str>,
-    /// The unqualified name: index and trigger names start with it.
-    pub(crate) name: Arc<str>,
-}
-
-impl Table {
-    fn parse(table: &str) -> Option<Table> {
-        let ident = |s: &str| {
-            let mut chars = s.chars();
-            matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && s.len() <= 50
-        };
-        let name = match table.split_once('.') {
-            Some((schema, name)) if ident(schema) && ident(name) => name,
-            None if ident(table) => table,
-            _ => return None,
-        };
-        Some(Table {
-            qualified: table.into(),
-            name: name.into(),
-        })
-    }
-
-    /// The migration file with its placeholders replaced.
-    pub(crate) fn render(&self, sql: &str) -> String {
-        sql.replace("{table}", &self.qualified)
-            .replace("{name}", &self.name)
-            .replace("{channel}", &self.qualified)
-    }
-}
-
 impl Default for Outbox {
     fn default() -> Self {
         Outbox::new()
@@ -113,7 +79,7 @@ impl Outbox {
 
     /// The table records are written to.
     pub fn table_name(&self) -> &str {
-        &self.table.qualified
+        self.table.qualified()
     }
 
     /// Writes `record` in the caller's transaction and returns its id: the caller's
@@ -132,16 +98,19 @@ impl Outbox {
         // `delivery_core::trace`).
         let headers =
             super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
-        DB::insert(
-            &mut **tx,
-            &self.table.qualified,
-            id.as_str(),
-            &record.topic,
-            record.key.as_deref(),
-            &record.payload,
-            headers.as_deref(),
-        )
-        .await?;
+        // The table name was validated as an identifier when the outbox was built.
+        let sql = format!(
+            "INSERT INTO {} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)",
+            self.table.qualified()
+        );
+        let args = DB::arguments(&[
+            Value::Text(id.as_str()),
+            Value::Text(&record.topic),
+            Value::OptText(record.key.as_deref()),
+            Value::Bytes(&record.payload),
+            Value::OptText(headers.as_deref()),
+        ])?;
+        DB::execute(Exec::Conn(&mut **tx), &sql, args).await?;
         Ok(id)
     }
 }
@@ -214,92 +183,11 @@ impl NewRecord {
     }
 }
 
-/// A boxed future, as [`OutboxDatabase::insert`] returns.
+/// A boxed future of a write, for code that names one.
 pub type InsertFuture<'a> = Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>>;
 
 /// A database an [`Outbox`] can be written in: PostgreSQL (feature `postgres`) and SQLite
-/// (feature `sqlite`).
-pub trait OutboxDatabase: sqlx::Database {
-    /// Inserts one pending record through `conn` (the caller's transaction).
-    #[doc(hidden)]
-    fn insert<'a>(
-        conn: &'a mut Self::Connection,
-        table: &'a str,
-        id: &'a str,
-        topic: &'a str,
-        key: Option<&'a str>,
-        payload: &'a [u8],
-        headers: Option<&'a str>,
-    ) -> InsertFuture<'a>;
-}
+/// (feature `sqlite`), each with one `INSERT`, the same in both.
+pub trait OutboxDatabase: Sql {}
 
-#[cfg(feature = "postgres")]
-impl OutboxDatabase for sqlx::Postgres {
-    fn insert<'a>(
-        conn: &'a mut sqlx::PgConnection,
-        table: &'a str,
-        id: &'a str,
-        topic: &'a str,
-        key: Option<&'a str>,
-        payload: &'a [u8],
-        headers: Option<&'a str>,
-    ) -> InsertFuture<'a> {
-        Box::pin(async move {
-            // The table name was validated as an identifier when the outbox was built.
-            let sql = format!(
-                "INSERT INTO {table} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)"
-            );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(id)
-                .bind(topic)
-                .bind(key)
-                .bind(payload)
-                .bind(headers)
-                .execute(conn)
-                .await?;
-            Ok(())
-        })
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl OutboxDatabase for sqlx::Sqlite {
-    fn insert<'a>(
-        conn: &'a mut sqlx::SqliteConnection,
-        table: &'a str,
-        id: &'a str,
-        topic: &'a str,
-        key: Option<&'a str>,
-        payload: &'a [u8],
-        headers: Option<&'a str>,
-    ) -> InsertFuture<'a> {
-        Box::pin(async move {
-            let sql = format!(
-                "INSERT INTO {table} (id, topic, key, payload, headers) VALUES (?1, ?2, ?3, ?4, ?5)"
-            );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(id)
-                .bind(topic)
-                .bind(key)
-                .bind(payload)
-                .bind(headers)
-                .execute(conn)
-                .await?;
-            Ok(())
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Table;
-
-    #[test]
-    fn table_names_are_identifiers() {
-        assert!(Table::parse("delivery_outbox").is_some());
-        assert_eq!(&*Table::parse("app.outbox").unwrap().name, "outbox");
-        for bad in ["", "1x", "a;drop", "a.b.c", "a b", "\"x\"", ".x", "x."] {
-            assert!(Table::parse(bad).is_none(), "{bad}");
-        }
-    }
-}
+impl<DB: Sql> OutboxDatabase for DB {}

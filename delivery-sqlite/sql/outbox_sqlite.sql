@@ -1,4 +1,4 @@
--- The outbox table for SQLite (delivery-core, rule 6 of the delivery spec).
+-- The outbox table for SQLite (delivery-sqlite, rule 6 of the delivery spec).
 --
 -- `SqliteStore::migrate` runs this file with the placeholders replaced:
 --   {table} the table (default `delivery_outbox`)

@@ -1,6 +1,6 @@
--- The outbox table for PostgreSQL (delivery-sql, rule 6 of the delivery spec).
+-- The outbox table for PostgreSQL (delivery-postgres, rule 6 of the delivery spec).
 --
--- `Outbox::migrate` / `PgStore::migrate` run this file with the placeholders replaced:
+-- `PgStore::migrate` runs this file with the placeholders replaced:
 --   {table}   the table, optionally schema-qualified (default `delivery_outbox`)
 --   {name}    the table's unqualified name, prefix of its index names
 --   {channel} the LISTEN/NOTIFY channel that wakes relays after a commit (the table's name)
