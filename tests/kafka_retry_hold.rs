@@ -129,7 +129,9 @@ async fn fresh_topic(
 /// Consumes `topology` with `apply` until `stop` is notified: 16 at once, each failed unit
 /// returned with the backoff `BACKOFF`, every run recorded in `runs`.
 fn start(topology: &KafkaTopology, runs: &Runs, stop: &Arc<Notify>) -> JoinHandle<Report> {
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology.clone())
+        .await
+        .unwrap();
     let (runs, stop) = (runs.clone(), stop.clone());
     tokio::spawn(async move {
         Consumer::new(source)

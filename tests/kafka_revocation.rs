@@ -59,7 +59,9 @@ async fn a_unit_running_across_a_revocation_is_counted_again_by_the_new_owner() 
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let member = || {
-        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        let source = KafkaSource::connect(&brokers(), topology.clone())
+            .await
+            .unwrap();
         let mut stopped = stopped.clone();
         let consumer = Consumer::new(source)
             .state(group.clone())

@@ -99,7 +99,9 @@ fn member(
     seen: &Seen,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> tokio::task::JoinHandle<Report> {
-    let source = KafkaSource::connect(&brokers(), topology(topic)).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology(topic))
+        .await
+        .unwrap();
     let state = Member {
         name,
         seen: seen.clone(),
