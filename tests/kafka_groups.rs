@@ -69,9 +69,7 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
         KafkaDeadLetters::new(&brokers(), &b),
     );
     let run = |topology: &KafkaTopology, applied: &Applied, fails: bool| {
-        let source = KafkaSource::connect(&brokers(), topology.clone())
-            .await
-            .unwrap();
+        let (topology, applied) = (topology.clone(), applied.clone());
         let (dead_a, applied_a, applied_b) = (dead_a.clone(), applied_a.clone(), applied_b.clone());
         let done = async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -90,10 +88,9 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };
-        let consumer = Consumer::new(source)
-            .state(applied.clone())
-            .shutdown_on(done);
         async move {
+            let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
+            let consumer = Consumer::new(source).state(applied).shutdown_on(done);
             if fails {
                 consumer.run(fails_bad).await;
             } else {

@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
+use super::record::{Receipt, Record};
 use crate::error::HandlerError;
-use crate::outbox::{Receipt, Record};
 
 /// Sends an outbox record to its receiver and returns a [`Receipt`] only once the receiver
 /// confirmed it (rule 6): a broker's publisher confirm, a replicated delivery report, a 2xx.
