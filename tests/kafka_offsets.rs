@@ -191,10 +191,9 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     produce(&topic, "r", 20, |_| "{}".to_owned()).await;
 
     let run = |member: Member, stop: Arc<tokio::sync::Notify>| {
-        let source = KafkaSource::connect(&brokers(), topology.clone())
-            .await
-            .unwrap();
+        let topology = topology.clone();
         tokio::spawn(async move {
+            let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
             Consumer::new(source)
                 .state(member)
                 .concurrency(64)
