@@ -126,7 +126,9 @@ async fn runtime(topology: &KafkaTopology, units: u64) -> f64 {
     let counter = Counter::new(units);
     let done = counter.done.clone();
     let started = Instant::now();
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology.clone())
+        .await
+        .unwrap();
     let report = Consumer::new(source)
         .state(counter.clone())
         .shutdown_on(async move { done.notified().await })

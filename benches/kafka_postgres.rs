@@ -100,7 +100,7 @@ async fn through_transport(
         .max_deliveries(5);
     // The group's own retry, dead-letter and attempts topics (not timed).
     topology.declare(&brokers()).await.unwrap();
-    let source = KafkaSource::connect(&brokers(), topology).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
     orders_pg::drain(source, pg, n, concurrency).await
 }
 

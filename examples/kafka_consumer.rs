@@ -79,7 +79,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         if let Ok(contexts) = std::env::var("KAFKA_DEBUG") {
             config.set("debug", contexts);
         }
-    })?;
+    })
+    .await?;
     tracing::info!(topic, concurrency, "consuming");
     let report = Consumer::new(source)
         .state(App { db, effect_delay })

@@ -183,7 +183,7 @@ pub mod store {
 pub mod outbox {
     pub use delivery_core::outbox::{
         Attempt, Backlog, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
-        RelayReport, Relayer, Status, Store, StoredRecord,
+        RelayReport, Relayer, Sink, Status, Store, StoredRecord,
     };
     #[cfg(feature = "postgres")]
     pub use delivery_postgres::PgStore;

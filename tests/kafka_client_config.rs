@@ -30,7 +30,9 @@ async fn a_setting_given_once_reaches_every_client() {
         .client_property("client.id", "delivery-test");
     declare(&good).await;
     // Every client works with the topology's valid common settings.
-    let source = KafkaSource::connect(&brokers(), good.clone()).expect("a consumer");
+    let source = KafkaSource::connect(&brokers(), good.clone())
+        .await
+        .expect("a consumer");
     drop(source);
     assert_eq!(
         KafkaDeadLetters::new(&brokers(), &good)
@@ -46,6 +48,7 @@ async fn a_setting_given_once_reaches_every_client() {
     refused(
         "the consumer",
         KafkaSource::connect(&brokers(), bad.clone())
+            .await
             .err()
             .expect("the consumer refuses the setting"),
     );

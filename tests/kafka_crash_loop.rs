@@ -82,7 +82,9 @@ async fn crash_loop_child() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .try_init();
-    let source = KafkaSource::connect(&brokers(), topology(&topic)).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology(&topic))
+        .await
+        .unwrap();
     Consumer::new(source)
         .concurrency(8)
         .state(Poison {

@@ -22,7 +22,9 @@ use kafka_support::{brokers, declare, end_of, headers_at, producer, record, send
 
 /// Consumes until the dead letter holds `n` units.
 async fn consume_until_dead(topology: &KafkaTopology, dead: &KafkaDeadLetters, n: u64) {
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology.clone())
+        .await
+        .unwrap();
     let dead = dead.clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     Consumer::new(source)

@@ -69,7 +69,7 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
         KafkaDeadLetters::new(&brokers(), &b),
     );
     let run = |topology: &KafkaTopology, applied: &Applied, fails: bool| {
-        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        let (topology, applied) = (topology.clone(), applied.clone());
         let (dead_a, applied_a, applied_b) = (dead_a.clone(), applied_a.clone(), applied_b.clone());
         let done = async move {
             let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -88,10 +88,9 @@ async fn a_failure_in_one_group_is_that_groups_alone() {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };
-        let consumer = Consumer::new(source)
-            .state(applied.clone())
-            .shutdown_on(done);
         async move {
+            let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
+            let consumer = Consumer::new(source).state(applied).shutdown_on(done);
             if fails {
                 consumer.run(fails_bad).await;
             } else {
@@ -142,8 +141,8 @@ async fn a_redrive_reaches_only_the_group_that_dead_lettered_it() {
     declare(&b).await;
     let producer = producer();
     two_groups::a_redrive_reaches_only_its_group(
-        KafkaSource::connect(&brokers(), a.clone()).unwrap(),
-        KafkaSource::connect(&brokers(), b).unwrap(),
+        KafkaSource::connect(&brokers(), a.clone()).await.unwrap(),
+        KafkaSource::connect(&brokers(), b).await.unwrap(),
         &KafkaDeadLetters::new(&brokers(), &a),
         async |id: &str| send(&producer, record(&topic, id, id, OwnedHeaders::new())).await,
     )

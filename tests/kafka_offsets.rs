@@ -80,7 +80,9 @@ async fn a_failed_unit_holds_the_committed_offset_until_it_is_moved_then_it_jump
     let stop = Arc::new(tokio::sync::Notify::new());
     let consumer = tokio::spawn({
         let (log, stop) = (log.clone(), stop.clone());
-        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        let source = KafkaSource::connect(&brokers(), topology.clone())
+            .await
+            .unwrap();
         async move {
             Consumer::new(source)
                 .state(log)
@@ -189,8 +191,9 @@ async fn units_in_flight_on_a_revoked_partition_are_not_committed_and_the_new_ow
     produce(&topic, "r", 20, |_| "{}".to_owned()).await;
 
     let run = |member: Member, stop: Arc<tokio::sync::Notify>| {
-        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+        let topology = topology.clone();
         tokio::spawn(async move {
+            let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
             Consumer::new(source)
                 .state(member)
                 .concurrency(64)

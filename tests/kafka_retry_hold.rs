@@ -128,8 +128,10 @@ async fn fresh_topic(
 
 /// Consumes `topology` with `apply` until `stop` is notified: 16 at once, each failed unit
 /// returned with the backoff `BACKOFF`, every run recorded in `runs`.
-fn start(topology: &KafkaTopology, runs: &Runs, stop: &Arc<Notify>) -> JoinHandle<Report> {
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+async fn start(topology: &KafkaTopology, runs: &Runs, stop: &Arc<Notify>) -> JoinHandle<Report> {
+    let source = KafkaSource::connect(&brokers(), topology.clone())
+        .await
+        .unwrap();
     let (runs, stop) = (runs.clone(), stop.clone());
     tokio::spawn(async move {
         Consumer::new(source)
@@ -155,7 +157,7 @@ async fn the_source_holds_at_most_max_waiting_returned_units_and_the_rest_wait_i
 
     let runs = Runs::default();
     let stop = Arc::new(Notify::new());
-    let consumer = start(&topology, &runs, &stop);
+    let consumer = start(&topology, &runs, &stop).await;
 
     let second_runs = || {
         runs.0
@@ -260,7 +262,7 @@ async fn a_retry_partition_given_back_after_a_pause_is_fetched_again() {
 
     let runs = Runs::default();
     let stop = Arc::new(Notify::new());
-    let consumer = start(&topology, &runs, &stop);
+    let consumer = start(&topology, &runs, &stop).await;
     // A reads every unit, fails it, and holds the limit: both retry partitions paused. (Each unit
     // has failed once by then; the limit is reached within a second, far before BACKOFF.)
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -59,15 +59,18 @@ async fn a_unit_running_across_a_revocation_is_counted_again_by_the_new_owner() 
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let member = || {
-        let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
-        let mut stopped = stopped.clone();
-        let consumer = Consumer::new(source)
-            .state(group.clone())
-            .drain_deadline(Duration::from_secs(5))
-            .shutdown_on(async move {
-                let _ = stopped.wait_for(|stop| *stop).await;
-            });
-        tokio::spawn(consumer.run(hold))
+        let (topology, group, mut stopped) = (topology.clone(), group.clone(), stopped.clone());
+        tokio::spawn(async move {
+            let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
+            Consumer::new(source)
+                .state(group)
+                .drain_deadline(Duration::from_secs(5))
+                .shutdown_on(async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .run(hold)
+                .await
+        })
     };
     let deliveries = || group.deliveries.lock().unwrap().clone();
     let until = async |what: &str, done: &dyn Fn(&Deliveries) -> bool| {

@@ -93,13 +93,15 @@ fn topology(topic: &str) -> KafkaTopology {
 }
 
 /// A member of the group, one unit at a time, until `stop` fires.
-fn member(
+async fn member(
     name: &'static str,
     topic: &str,
     seen: &Seen,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> tokio::task::JoinHandle<Report> {
-    let source = KafkaSource::connect(&brokers(), topology(topic)).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology(topic))
+        .await
+        .unwrap();
     let state = Member {
         name,
         seen: seen.clone(),
@@ -130,8 +132,8 @@ async fn a_handler_slower_than_the_poll_interval_runs_once() {
     let seen = Seen::default();
     let (stop_a, stopped_a) = tokio::sync::oneshot::channel();
     let (stop_b, stopped_b) = tokio::sync::oneshot::channel();
-    let a = member("a", &topic, &seen, stopped_a);
-    let b = member("b", &topic, &seen, stopped_b);
+    let a = member("a", &topic, &seen, stopped_a).await;
+    let b = member("b", &topic, &seen, stopped_b).await;
 
     // Both members in the group, one partition each: a unit on each partition per round, until
     // one round's two units were handled by the two members.

@@ -501,7 +501,9 @@ async fn kafka_ordered(
             }));
         send(&producer, message).await;
     }
-    let source = KafkaSource::connect(&brokers(), topology.clone()).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology.clone())
+        .await
+        .unwrap();
     let seen = Seen::default();
     let total = keys.len() * per_key as usize;
     // Time for the last commit after the last unit.

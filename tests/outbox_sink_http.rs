@@ -14,7 +14,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use delivery::http::HttpSink;
-use delivery::outbox::Record;
+use delivery::outbox::{Record, Sink};
+use delivery::{HandlerError, Receipt};
 
 #[derive(Clone, Default)]
 struct Receiver {
@@ -170,4 +171,17 @@ async fn a_topic_without_an_endpoint_is_rejected_and_routes_pick_the_url() {
         "application/vnd.orders+json"
     );
     assert_eq!(seen[0].0.get("authorization").unwrap(), "Bearer t0ken");
+}
+
+/// Through the `outbox::Sink` trait, as a relay written once for any sink sends: the same answers.
+#[tokio::test]
+async fn the_sink_trait_sends_the_same_way() {
+    async fn forward(sink: &impl Sink, record: &Record) -> Result<Receipt, HandlerError> {
+        sink.send(record).await
+    }
+    let (url, _receiver) = serve(vec![(503, None), (204, None)]).await;
+    let sink = HttpSink::new(url.as_str()).unwrap();
+    let record = record();
+    assert!(forward(&sink, &record).await.unwrap_err().is_retry());
+    assert_eq!(forward(&sink, &record).await.unwrap().record(), record.id());
 }

@@ -474,6 +474,7 @@ async fn kafka_with_your_own_client_config() {
     on_it(
         "the consumer",
         KafkaSource::connect(&brokers(), bad.clone())
+            .await
             .err()
             .expect("refused")
             .to_string(),
@@ -509,6 +510,6 @@ async fn kafka_with_your_own_client_config() {
         .await;
     }
     let dead = KafkaDeadLetters::new(&brokers(), &topology);
-    let source = KafkaSource::connect(&brokers(), topology).unwrap();
+    let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
     consume_and_check("Kafka", source, &dead).await;
 }

@@ -609,7 +609,9 @@ async fn kafka_count_list_show_and_redrive_one() {
         kafka_support::send(&producer, kafka_support::record(&topic, id, body, headers)).await;
     }
     let dead = KafkaDeadLetters::new(&brokers, &topology);
-    let source = KafkaSource::connect(&brokers, topology.clone()).unwrap();
+    let source = KafkaSource::connect(&brokers, topology.clone())
+        .await
+        .unwrap();
     consume_until_dead(source, &dead, 4).await;
 
     let dlq = Dlq::new(&[

@@ -37,6 +37,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,7 +47,7 @@ use reqwest::{Client, IntoUrl, Url};
 use tracing::debug;
 
 use delivery_core::HandlerError;
-use delivery_core::outbox::{Receipt, Record};
+use delivery_core::outbox::{Receipt, Record, Sink};
 use delivery_core::webhook::{Secret, StandardSigner};
 
 /// The header carrying the record id.
@@ -384,6 +385,13 @@ impl HttpSink {
             )));
         }
         Err(HandlerError::reject(message))
+    }
+}
+
+impl Sink for HttpSink {
+    /// [`HttpSink::send`].
+    fn send(&self, record: &Record) -> impl Future<Output = Result<Receipt, HandlerError>> + Send {
+        HttpSink::send(self, record)
     }
 }
 

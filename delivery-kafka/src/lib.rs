@@ -133,7 +133,7 @@
 //! let brokers = "127.0.0.1:9092";
 //! let topology = KafkaTopology::new("orders", "billing").max_deliveries(5);
 //! topology.declare(brokers).await?;
-//! let source = KafkaSource::connect(brokers, topology)?;
+//! let source = KafkaSource::connect(brokers, topology).await?;
 //! Consumer::new(source).concurrency(16).run(handle).await;
 //! # Ok(()) }
 //! ```

@@ -53,6 +53,7 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -63,7 +64,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tracing::debug;
 
 use delivery_core::HandlerError;
-use delivery_core::outbox::{Receipt, Record};
+use delivery_core::outbox::{Receipt, Record, Sink};
 use delivery_core::transport::{TransportError, TransportErrorKind};
 
 /// The header carrying the record id: the one [`KafkaSource`](crate::KafkaSource) reads
@@ -298,6 +299,13 @@ impl KafkaSink {
                 debug!(?code, reason, %error, "the producer hit a fatal error; no fresh one yet")
             }
         }
+    }
+}
+
+impl Sink for KafkaSink {
+    /// [`KafkaSink::send`].
+    fn send(&self, record: &Record) -> impl Future<Output = Result<Receipt, HandlerError>> + Send {
+        KafkaSink::send(self, record)
     }
 }
 

@@ -83,7 +83,7 @@ impl Fixture for Kafka {
     async fn consume(&self, name: &str) -> KafkaSource {
         // The bound is the runtime's setting here; the source reports the topology's.
         let topology = self.topology(name);
-        KafkaSource::connect(&self.brokers, topology).unwrap()
+        KafkaSource::connect(&self.brokers, topology).await.unwrap()
     }
 
     async fn dead_letter(&self, name: &str) -> KafkaDeadLetters {

@@ -62,6 +62,7 @@
 //! ```
 
 use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
 use lapin::types::ShortString;
@@ -71,7 +72,7 @@ use tracing::debug;
 use crate::connector::RabbitConnector;
 use crate::publish::{ConfirmedPublisher, Outcome};
 use delivery_core::HandlerError;
-use delivery_core::outbox::{Receipt, Record};
+use delivery_core::outbox::{Receipt, Record, Sink};
 use delivery_core::transport::TransportError;
 
 /// Sends outbox records to RabbitMQ and returns a [`Receipt`] only once the broker confirmed
@@ -285,5 +286,12 @@ impl RabbitSink {
             properties = properties.with_headers(headers);
         }
         Ok((exchange, routing_key, properties))
+    }
+}
+
+impl Sink for RabbitSink {
+    /// [`RabbitSink::send`].
+    fn send(&self, record: &Record) -> impl Future<Output = Result<Receipt, HandlerError>> + Send {
+        RabbitSink::send(self, record)
     }
 }

@@ -9,7 +9,7 @@
 //! | [`Store`]: `PgStore`, `SqliteStore` (delivery-sql) | the outbox table: claims under a lease, batched marks, dead records and re-queue |
 //! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
-//! | sinks | where a relay function sends, each in its transport's crate: `delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink` (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
+//! | [`Sink`] | where a relay function sends, implemented in each transport's crate: `delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink` (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
 //!
 //! **Your own database client.** The stores and `Outbox::write` take your sqlx pool and your
 //! transaction, so your connect options, TLS and pool settings are kept. They must be **sqlx
@@ -44,6 +44,7 @@ mod backlog;
 mod dead_letters;
 mod record;
 mod relayer;
+mod sink;
 mod store;
 
 pub use record::{
@@ -52,4 +53,5 @@ pub use record::{
 
 pub use dead_letters::DeadRecords;
 pub use relayer::{RelayReport, Relayer};
+pub use sink::Sink;
 pub use store::{Backlog, Claim, Mark, Status, Store, StoredRecord, Wakeups, until_idle};

@@ -4,13 +4,14 @@
 //! to it in a production build would mark records delivered while nothing went out (rule 6).
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
 
 use crate::error::HandlerError;
-use crate::outbox::{Receipt, Record, RecordId};
+use crate::outbox::{Receipt, Record, RecordId, Sink};
 
 /// A sink that keeps what it is sent, in memory, and returns a [`Receipt`] for each record it
 /// accepts — the receiver of a relay under test. It can be told to fail: transiently (the relay
@@ -199,6 +200,13 @@ impl MemorySink {
     /// The most sends that were in progress at once (how far a relay pipelines).
     pub fn most_in_flight(&self) -> usize {
         self.lock().most_in_flight
+    }
+}
+
+impl Sink for MemorySink {
+    /// [`MemorySink::send`].
+    fn send(&self, record: &Record) -> impl Future<Output = Result<Receipt, HandlerError>> + Send {
+        MemorySink::send(self, record)
     }
 }
 

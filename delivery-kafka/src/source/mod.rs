@@ -64,9 +64,13 @@ impl KafkaSource {
     /// A consumer of `topology`'s topic and retry topic at `brokers` (a bootstrap list such as
     /// `127.0.0.1:9092`), in its group. The topics must exist
     /// ([`KafkaTopology::declare`]). A group without a committed offset starts at the earliest
-    /// unit. Call it within a Tokio runtime: the periodic commit runs as a task of its own.
-    pub fn connect(brokers: &str, topology: KafkaTopology) -> Result<Self, TransportError> {
-        Self::connect_with(brokers, topology, |_| {})
+    /// unit. Await it within a Tokio runtime: the periodic commit runs as a task of its own.
+    ///
+    /// The clients are created here and reach the brokers in the background, on librdkafka's own
+    /// threads: `connect` does not wait on the network, and an unreachable cluster is not an
+    /// error here.
+    pub async fn connect(brokers: &str, topology: KafkaTopology) -> Result<Self, TransportError> {
+        Self::connect_with(brokers, topology, |_| {}).await
     }
 
     /// Like [`connect`](Self::connect), with `configure` given the consumer's configuration to
@@ -76,7 +80,7 @@ impl KafkaSource {
     /// from; `configure` runs after it. The properties this transport relies on —
     /// `group.id`, `enable.auto.commit=false`, `enable.auto.offset.store=false` — are set after
     /// it and cannot be changed.
-    pub fn connect_with(
+    pub async fn connect_with(
         brokers: &str,
         topology: KafkaTopology,
         configure: impl FnOnce(&mut rdkafka::ClientConfig),
