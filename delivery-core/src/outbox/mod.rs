@@ -6,7 +6,7 @@
 //! | where | what |
 //! |---|---|
 //! | `Outbox`, `NewRecord` (delivery-sql) | the write side: a record in the caller's own transaction (features `postgres`, `sqlite` of `delivery`) |
-//! | [`Store`]: `PgStore`, `SqliteStore` (delivery-sql) | the outbox table: claims under a lease, batched marks, dead records and re-queue |
+//! | [`Store`]: `PgStore` (delivery-postgres), `SqliteStore` (delivery-sqlite), both delivery-sql's `SqlStore` | the outbox table: claims under a lease, batched marks, dead records and re-queue |
 //! | [`Relayer`] | the relay runtime: claim, attempt (windowed), mark; backoff, bound, `ordered` |
 //! | [`Relay`], [`OutboxRecord`], [`Receipt`] | what a relay function is, takes and returns |
 //! | [`Sink`] | where a relay function sends, implemented in each transport's crate: `delivery::rabbitmq::RabbitSink`, `delivery::kafka::KafkaSink`, `delivery::http::HttpSink` (a test's receiver, `MemorySink`, is in [`testing`](crate::testing), feature `testing`) |
@@ -35,7 +35,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The table (`delivery-core/sql/outbox_postgres.sql`, `outbox_sqlite.sql`) keeps per record: its
+//! The table (`delivery-postgres/sql/outbox_postgres.sql`, `delivery-sqlite/sql/outbox_sqlite.sql`)
+//! keeps per record: its
 //! id (fixed at write time), topic, key, payload, status (`pending`, `delivered`, `dead`), failed
 //! attempts, last error, when it is available again (backoff), the lease (owner, until), the
 //! created order, and when it was delivered. Every time in it is the database's clock.

@@ -96,8 +96,8 @@ impl Mark {
 /// Notifications that records were committed: hints to claim now rather than at the next poll.
 pub type Wakeups = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
-/// An outbox table a [`Relayer`](super::Relayer) relays from (delivery-sql's `PgStore` and
-/// `SqliteStore`). The relayer alone decides when a mark is written (only after a receipt, rule
+/// An outbox table a [`Relayer`](super::Relayer) relays from (`PgStore` of delivery-postgres and
+/// `SqliteStore` of delivery-sqlite, both delivery-sql's `SqlStore`). The relayer alone decides when a mark is written (only after a receipt, rule
 /// 6); a store only claims under a lease and writes the marks it is handed.
 pub trait Store: Clone + Send + Sync + 'static {
     /// The table's name, for logs and metrics.
