@@ -6,8 +6,19 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::report::Report;
-use super::settle::Settled;
 use crate::unit::UnitId;
+
+/// How one unit ended, for the run's [`Report`](super::report::Report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Acked,
+    Returned,
+    DeadLettered,
+    /// The transport could not carry out the disposition; the mechanism redelivers the unit.
+    Failed,
+    /// A return the runtime holds for its wait ([`Holds`]); counted when it is given back.
+    Held,
+}
 
 #[inline]
 pub(super) fn count(report: &mut Report, settled: Settled) {

@@ -35,6 +35,7 @@
 
 mod builder;
 mod handover;
+mod holds;
 mod keeping;
 mod observer;
 mod order;

@@ -19,12 +19,12 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use super::builder::Consumer;
-use super::handover::{Done, count, far_future};
+use super::handover::{Done, Settled, count, far_future};
 use super::keeping::Keeping;
 use super::order::{self, Admitted, Lanes};
 use super::pacing::{Pace, PollOnce, UnlessShutdown, sleep_unless_shutdown};
 use super::report::Report;
-use super::settle::{Settled, Settler};
+use super::settle::Settler;
 use crate::disposition::Disposition;
 use crate::handler::Handler;
 use crate::runtime::{Guarded, Shutdown, place_for};
