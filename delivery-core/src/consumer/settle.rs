@@ -131,7 +131,7 @@ impl Settler {
                 None,
                 Some(Box::pin(async move {
                     let result = carry_out(handle, unit, disposition).await;
-                    self.record(result, unit, outcome, disposition)
+                    self.counters.record(result, unit, outcome, disposition)
                 })
                     as Pin<Box<dyn Future<Output = Settled> + Send + 'a>>),
             ),
@@ -213,7 +213,7 @@ impl Settler {
         match handle.copy_to_dead_letter(unit, reason).await {
             Ok(()) => {
                 let finished = finish_dead_lettered(handle, unit).await;
-                self.record(finished, unit, outcome, disposition)
+                self.counters.record(finished, unit, outcome, disposition)
             }
             Err(error) => {
                 let (outcome, disposition, counters) =
@@ -245,17 +245,6 @@ impl Settler {
             .hold_then(handle, unit, after, move |result, unit| {
                 counters.record(result, unit, &outcome, &Disposition::Return { after })
             });
-    }
-
-    #[inline(always)]
-    fn record(
-        &self,
-        result: Result<(), TransportError>,
-        unit: &Unit,
-        outcome: &Outcome,
-        disposition: &Disposition,
-    ) -> Settled {
-        self.counters.record(result, unit, outcome, disposition)
     }
 }
 
@@ -296,7 +285,7 @@ where
                 disposition,
             } => ack
                 .poll(cx)
-                .map(|result| settler.record(result, unit, outcome, disposition)),
+                .map(|result| settler.counters.record(result, unit, outcome, disposition)),
             SettlingNow::Other { other } => other.as_mut().poll(cx),
             SettlingNow::Held => Poll::Ready(Settled::Held),
         }
