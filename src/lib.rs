@@ -193,6 +193,17 @@ pub mod outbox {
     pub use delivery_sqlite::SqliteStore;
 }
 
+/// A durable queue in your own database (features `postgres`, `sqlite`):
+/// [`delivery_sql::queue`].
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub mod queue {
+    #[cfg(feature = "postgres")]
+    pub use delivery_postgres::{PgQueue, PgTx};
+    pub use delivery_sql::queue::{Queue, QueueHandle, QueueSource, SqlQueue, Tx};
+    #[cfg(feature = "sqlite")]
+    pub use delivery_sqlite::{SqliteQueue, SqliteTx};
+}
+
 /// The dead-letter web console (feature `admin`): [`delivery_axum::admin`].
 #[cfg(feature = "admin")]
 pub use delivery_axum::admin;

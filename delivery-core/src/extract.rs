@@ -37,6 +37,11 @@ impl Malformed {
     note = "a clock or an id minter is never a parameter (rule 3): take times and ids from the unit, so a redelivery writes the same values"
 )]
 pub trait FromUnit<S>: Sized {
+    /// Whether this parameter is the unit's transaction (a database queue's `Tx`): the runtime
+    /// then has the unit's handle [begin](crate::Settle::begin) it before the handler runs, and
+    /// the acknowledgement commits in it. `false` for every other extractor.
+    const IN_TRANSACTION: bool = false;
+
     /// Resolves the parameter.
     fn from_unit(unit: &Unit, state: &S) -> Result<Self, Malformed>;
 }

@@ -18,6 +18,12 @@ use crate::unit::Unit;
     note = "annotate an `async fn` with `#[delivery::consumer]`; its `State<T>` parameter, if any, must match the consumer's `.state(..)`"
 )]
 pub trait Handler<S>: Send + Sync + 'static {
+    /// Whether the handler takes the unit's transaction (a parameter whose
+    /// [`FromUnit::IN_TRANSACTION`](crate::FromUnit::IN_TRANSACTION) is `true`): the runtime then
+    /// has the unit's handle [begin](crate::Settle::begin) it before each run. `#[consumer]` sets
+    /// it from the parameters.
+    const IN_TRANSACTION: bool = false;
+
     /// Resolves the parameters from `unit` and `state`, then runs the handler.
     fn call(&self, unit: &Unit, state: &S) -> impl Future<Output = Outcome> + Send + 'static;
 }
@@ -76,6 +82,8 @@ pub(crate) struct Timed<H> {
 }
 
 impl<S, H: Handler<S>> Handler<S> for Timed<H> {
+    const IN_TRANSACTION: bool = H::IN_TRANSACTION;
+
     #[inline]
     fn call(&self, unit: &Unit, state: &S) -> impl Future<Output = Outcome> + Send + 'static {
         let limit = self.limit;

@@ -96,6 +96,20 @@ pub trait Settle: Sized + Send + 'static {
         async { Ok(()) }
     }
 
+    /// Begins the transaction the unit's acknowledgement will commit in, for a handler that takes
+    /// it ([`Handler::IN_TRANSACTION`](crate::Handler::IN_TRANSACTION)): called once, before
+    /// the run. A database queue begins it in the slot it attached to the unit for its `Tx` extractor;
+    /// [`ack`](Settle::ack) then writes the acknowledgement in it and commits the effect and the
+    /// acknowledgement at once, and any other settle rolls it back. Where the mechanism has no
+    /// such transaction (every broker), nothing: the handler's `Tx` then finds none, and the unit
+    /// is malformed for it.
+    ///
+    /// A failure (the database unreachable) is the run's failure: the unit is returned, counted.
+    fn begin(&mut self, unit: &Unit) -> impl Future<Output = Result<(), TransportError>> + Send {
+        let _ = unit;
+        async { Ok(()) }
+    }
+
     /// Hands the unit back so the mechanism delivers it again no sooner than `after` (as near
     /// as the mechanism allows), counting the delivery. `after` is always zero where
     /// [`DELAYS_REDELIVERY`](Settle::DELAYS_REDELIVERY) is `false`.

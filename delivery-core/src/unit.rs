@@ -184,6 +184,27 @@ pub struct Unit {
     delivery_count: DeliveryCount,
     stamp: Option<Stamp>,
     headers: Headers,
+    attachment: Attachment,
+}
+
+/// What a transport attaches to a unit for one of its own extractors (a database queue's
+/// transaction slot, for its `Tx`): not part of the unit's value, so two deliveries compare
+/// equal whatever each carries, and never shown.
+#[derive(Clone, Default)]
+struct Attachment(Option<Arc<dyn std::any::Any + Send + Sync>>);
+
+impl PartialEq for Attachment {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Attachment {}
+
+impl fmt::Debug for Attachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "attached" } else { "none" })
+    }
 }
 
 impl Unit {
@@ -195,6 +216,7 @@ impl Unit {
             delivery_count: DeliveryCount::FIRST,
             stamp: None,
             headers: Headers::default(),
+            attachment: Attachment::default(),
         }
     }
 
@@ -248,5 +270,19 @@ impl Unit {
     /// The headers delivered with the unit.
     pub fn headers(&self) -> &Headers {
         &self.headers
+    }
+
+    /// Attaches `value` for an extractor of the transport's own to find
+    /// ([`attached`](Unit::attached)): a database queue attaches the slot its `Tx` takes the
+    /// unit's transaction from. One value per unit; it does not change what the unit is (ids,
+    /// payload, count, stamp and headers alone are compared and shown).
+    pub fn with_attached<T: Send + Sync + 'static>(mut self, value: Arc<T>) -> Self {
+        self.attachment = Attachment(Some(value));
+        self
+    }
+
+    /// What the transport [attached](Unit::with_attached), if it is a `T`.
+    pub fn attached<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.attachment.0.clone()?.downcast().ok()
     }
 }

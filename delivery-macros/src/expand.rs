@@ -238,6 +238,18 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         " The {} `{name}` as written. Call it directly in tests; the {} calls it through `{}`.",
         runtime.function, runtime.caller, runtime.handler
     );
+    // Whether the handler takes the unit's transaction: any of its parameters' own answer.
+    let in_transaction = runtime
+        .in_transaction
+        .filter(|_| !has_errors && checked.output.is_some())
+        .map(|name| {
+            let name = format_ident!("{}", name);
+            let extractor = format_ident!("{}", runtime.extractor);
+            let types = checked.params.iter().map(|p| &p.ty);
+            quote! {
+                const #name: bool = false #(|| <#types as #private::#extractor<#state_ty>>::#name)*;
+            }
+        });
     let handler_trait = format_ident!("{}", runtime.handler);
     let input = format_ident!("{}", runtime.input);
 
@@ -272,6 +284,8 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
             #outcome_fn
 
             impl #impl_generics #private::#handler_trait<#state_ty> for #name #where_clause {
+                #in_transaction
+
                 fn call(
                     &self,
                     __delivery_unit: &#private::#input,

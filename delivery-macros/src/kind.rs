@@ -92,6 +92,9 @@ pub(crate) struct Runtime {
     /// How the generated docs name the function and what calls it through the trait.
     pub(crate) function: &'static str,
     pub(crate) caller: &'static str,
+    /// The trait's const saying whether a handler takes the input's transaction, set from the
+    /// extractors' own (`IN_TRANSACTION`); `None` where the runtime has no such transaction.
+    pub(crate) in_transaction: Option<&'static str>,
 }
 
 impl Runtime {
@@ -109,5 +112,6 @@ impl Runtime {
         assert_extractor: "assert_extractor",
         function: "handler",
         caller: "runtime",
+        in_transaction: Some("IN_TRANSACTION"),
     };
 }

@@ -27,6 +27,7 @@ impl Kind for Relay {
         assert_extractor: "assert_record_extractor",
         function: "relay function",
         caller: "relay",
+        in_transaction: None,
     };
     const WORDING: Wording = Wording {
         param: param_message,

@@ -31,6 +31,9 @@ const NO_FLUSH_WAIT: &str = "(SELECT set_config('synchronous_commit', 'off', tru
 impl Dialect for Postgres {
     type Database = sqlx::Postgres;
 
+    const SYSTEM: &'static str = "postgresql";
+    const NOTIFIES: bool = true;
+
     const BEGIN: &'static str = "BEGIN";
 
     fn lock<'c>(
@@ -142,14 +145,27 @@ impl Dialect for Postgres {
                  SELECT id FROM requeued, (SELECT count(*) FROM woken) w"
             ),
             delete_dead: format!("DELETE FROM {t} WHERE status = 'dead' AND id = ANY($1::text[])"),
+            extend: format!(
+                "UPDATE {t} SET lease_until = now() + $2::float8 * interval '1 millisecond' \
+                 WHERE id = $1 AND status = 'pending' AND lease_owner = $3"
+            ),
+            complete: format!(
+                "UPDATE {t} SET status = 'delivered', delivered_at = now(), lease_owner = NULL, \
+                   lease_until = NULL \
+                 WHERE id = $1 AND status = 'pending'"
+            ),
         }
+    }
+
+    fn outbox_schema(table: &Table) -> String {
+        table.render(MIGRATION)
     }
 
     fn outbox_migration<'c>(
         _: &'c mut PgConnection,
         table: &'c Table,
     ) -> BoxFuture<'c, Result<String, sqlx::Error>> {
-        Box::pin(future::ready(Ok(table.render(MIGRATION))))
+        Box::pin(future::ready(Ok(Self::outbox_schema(table))))
     }
 
     fn inbox_migration(table: &Table) -> String {

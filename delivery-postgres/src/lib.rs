@@ -17,5 +17,7 @@ delivery_sql::database!(
     sqlx::PgConnection,
     PgStore,
     PgInbox,
+    PgQueue,
+    PgTx,
     "PostgreSQL"
 );

@@ -24,6 +24,13 @@ pub trait Dialect: Send + Sync + 'static {
     /// sqlx's database.
     type Database: Sql;
 
+    /// The database's name as traces spell it (`postgresql`, `sqlite`).
+    const SYSTEM: &'static str;
+
+    /// Whether the database notifies commits ([`wakeups`](Self::wakeups)), so that a consumer
+    /// waits for them rather than polling.
+    const NOTIFIES: bool;
+
     /// The statement that begins a migration's transaction (`BEGIN`; SQLite: `BEGIN IMMEDIATE`,
     /// which takes the write lock at once).
     const BEGIN: &'static str;
@@ -53,6 +60,10 @@ pub trait Dialect: Send + Sync + 'static {
 
     /// The outbox store's statements for `table`.
     fn outbox(table: &Table) -> OutboxSql;
+
+    /// The statements that create the outbox `table` (or a queue's, the same shape) and its
+    /// indexes, as the crate's `sql/` file has them: for a migration tool of your own.
+    fn outbox_schema(table: &Table) -> String;
 
     /// The statements that create or upgrade the outbox `table`, run on `conn` in the migration's
     /// transaction (which they may read first).
@@ -105,6 +116,13 @@ pub struct OutboxSql {
     pub requeue_edited: String,
     /// Deletes the dead records `$1` ([`Dialect::add_ids`]).
     pub delete_dead: String,
+    /// Moves the lease of the pending record `$1`, held by the owner `$3`, to `$2`
+    /// ([`Dialect::millis`]) from now: a queue's keep-alive for a unit still being handled.
+    pub extend: String,
+    /// Marks the pending record `$1` delivered, in the transaction it runs in: a queue's
+    /// acknowledgement, committed with its handler's effect. Changes nothing (0 rows) once the
+    /// record is not pending any more: settled by another run, whose effect then stands alone.
+    pub complete: String,
 }
 
 /// The `SET` list of [`OutboxSql::mark`] (`UPDATE <table> AS t SET <this> FROM <the marks> AS f`,

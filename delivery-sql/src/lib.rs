@@ -1,6 +1,6 @@
 //! What the PostgreSQL and SQLite crates of [`delivery`](https://docs.rs/delivery) share,
 //! through sqlx 0.9: the outbox written in your own transaction and the store a relay claims from
-//! ([`outbox`]), the inbox ([`inbox`]) and the stamp guard ([`store`]), each written once over a
+//! ([`outbox`]), the durable queue ([`queue`]), the inbox ([`inbox`]) and the stamp guard ([`store`]), each written once over a
 //! [`Dialect`](dialect::Dialect) — the SQL that differs between the databases, which
 //! delivery-postgres and delivery-sqlite provide. Use it through the `delivery` facade (features
 //! `postgres`, `sqlite`); the crate's README shows each, its examples compiled as doc tests of
@@ -13,18 +13,26 @@ pub mod driver;
 mod error;
 pub mod inbox;
 pub mod outbox;
+pub mod queue;
 pub mod store;
 pub mod table;
 
 /// The names a database's crate exports, in the dialect `$dialect` whose sqlx connection is
-/// `$connection`: `$Store` (the outbox store), `$Inbox` (the inbox's table) and `pub mod store`
+/// `$connection`: `$Store` (the outbox store), `$Inbox` (the inbox's table), `$Queue` and `$Tx`
+/// (the queue and its transaction) and `pub mod store`
 /// ([`store::migrate`] and [`store::advance`] for its connections, so that `advance(&mut tx, ..)`
 /// takes a transaction or a pool's connection as it is), and the modules `outbox` and `inbox`.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! database {
-    ($dialect:ty, $connection:ty, $Store:ident, $Inbox:ident, $name:literal) => {
-        pub use $crate::{inbox, outbox};
+    ($dialect:ty, $connection:ty, $Store:ident, $Inbox:ident, $Queue:ident, $Tx:ident, $name:literal) => {
+        pub use $crate::{inbox, outbox, queue};
+
+        #[doc = concat!("A durable queue in ", $name, ": its migration, publisher and consumers' source.")]
+        pub type $Queue = $crate::queue::SqlQueue<$dialect>;
+
+        #[doc = concat!("The unit's transaction in ", $name, ", as a handler parameter: the effect and the acknowledgement commit together.")]
+        pub type $Tx = $crate::queue::Tx<<$dialect as $crate::dialect::Dialect>::Database>;
 
         #[doc = concat!("An outbox table in ", $name, ": what a `Relayer` relays from, and an operator's view of it (dead records, re-queue).")]
         pub type $Store = $crate::outbox::SqlStore<$dialect>;

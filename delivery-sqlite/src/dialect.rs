@@ -39,6 +39,9 @@ impl Dialect for Sqlite {
 
     // A write lock from the start: a second migration waits here, then finds the table as the
     // first left it.
+    const SYSTEM: &'static str = "sqlite";
+    const NOTIFIES: bool = false;
+
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
 
     fn lock<'c>(_: &'c mut SqliteConnection, _: &'c str) -> BoxFuture<'c, Result<(), sqlx::Error>> {
@@ -110,6 +113,15 @@ impl Dialect for Sqlite {
             delete_dead: format!(
                 "DELETE FROM {t} WHERE status = 'dead' AND id IN (SELECT value FROM json_each($1))"
             ),
+            extend: format!(
+                "UPDATE {t} SET lease_until = {NOW} + $2 \
+                 WHERE id = $1 AND status = 'pending' AND lease_owner = $3"
+            ),
+            complete: format!(
+                "UPDATE {t} SET status = 'delivered', delivered_at = {NOW}, lease_owner = NULL, \
+                   lease_until = NULL \
+                 WHERE id = $1 AND status = 'pending'"
+            ),
         }
     }
 
@@ -118,6 +130,10 @@ impl Dialect for Sqlite {
     /// records are deleted. The table is copied, in the migration's transaction, into the new
     /// shape with each record's `rowid` as its `seq`, so the stamps already handed out stay what
     /// they were and the next ones continue above the highest.
+    fn outbox_schema(table: &Table) -> String {
+        table.render(MIGRATION)
+    }
+
     fn outbox_migration<'c>(
         conn: &'c mut SqliteConnection,
         table: &'c Table,
@@ -132,7 +148,7 @@ impl Dialect for Sqlite {
             .bind(schema)
             .fetch_all(&mut *conn)
             .await?;
-            let migration = table.render(MIGRATION);
+            let migration = Self::outbox_schema(table);
             let has = |column: &str| columns.iter().any(|c| c == column);
             if columns.is_empty() || has("seq") {
                 return Ok(migration);

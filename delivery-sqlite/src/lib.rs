@@ -17,5 +17,7 @@ delivery_sql::database!(
     sqlx::SqliteConnection,
     SqliteStore,
     SqliteInbox,
+    SqliteQueue,
+    SqliteTx,
     "SQLite"
 );

@@ -25,7 +25,7 @@ use super::order::{self, Admitted, Lanes};
 use super::pacing::{Pace, PollOnce, UnlessShutdown, sleep_unless_shutdown};
 use super::report::Report;
 use super::settle::Settler;
-use crate::disposition::Disposition;
+use crate::disposition::{Disposition, Outcome};
 use crate::handler::Handler;
 use crate::runtime::{Guarded, Shutdown, place_for};
 use crate::source::{KeepAlive, Settle, Source};
@@ -478,20 +478,33 @@ where
             let settled = Box::pin(settler.past_the_bound(handle, &unit)).await;
             return Done::new(settled, key);
         }
-        let make = || env.handler.call(&unit, env.state);
-        let mut call = pin!(place_for(&make));
-        let mut run = Guarded::new(make, call.as_mut());
-        let outcome = match PollOnce(Pin::new(&mut run)).await {
-            Poll::Ready(outcome) => outcome,
-            // Still running: from now on the drain deadline may abandon it.
-            Poll::Pending => match waiting(Pin::new(&mut run), &mut handle, &unit, env).await {
-                Some(outcome) => outcome,
-                None => {
-                    let why = "unfinished at the drain deadline";
-                    let released = settler.release(handle, &unit, Duration::ZERO, why);
-                    return Done::new(Box::pin(released).await, key);
+        // A handler that takes the unit's transaction: begun first (a failure is the run's).
+        let began = if H::IN_TRANSACTION {
+            Box::pin(begin(&mut handle, &unit)).await
+        } else {
+            Ok(())
+        };
+        let outcome = match began {
+            Err(outcome) => outcome,
+            Ok(()) => {
+                let make = || env.handler.call(&unit, env.state);
+                let mut call = pin!(place_for(&make));
+                let mut run = Guarded::new(make, call.as_mut());
+                match PollOnce(Pin::new(&mut run)).await {
+                    Poll::Ready(outcome) => outcome,
+                    // Still running: from now on the drain deadline may abandon it.
+                    Poll::Pending => {
+                        match waiting(Pin::new(&mut run), &mut handle, &unit, env).await {
+                            Some(outcome) => outcome,
+                            None => {
+                                let why = "unfinished at the drain deadline";
+                                let released = settler.release(handle, &unit, Duration::ZERO, why);
+                                return Done::new(Box::pin(released).await, key);
+                            }
+                        }
+                    }
                 }
-            },
+            }
         };
         flight.handled();
         let disposition = settler.disposition(&outcome, &unit);
@@ -509,6 +522,15 @@ where
         }
     };
     trace::within(run, span)
+}
+
+/// Begins the unit's transaction for a handler that takes it ([`Settle::begin`]); a failure is
+/// the run's.
+#[cold]
+async fn begin<L: Settle>(handle: &mut L, unit: &Unit) -> Result<(), Outcome> {
+    handle.begin(unit).await.map_err(|error| {
+        Outcome::Failed(format!("could not begin the unit's transaction: {error}"))
+    })
 }
 
 /// A handler's run that did not complete on its first poll, awaited with its unit kept alive

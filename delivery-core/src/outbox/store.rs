@@ -13,6 +13,7 @@ use futures_util::stream::Stream;
 use super::record::{Record, RecordId};
 use crate::disposition::{DeadLetterReason, Disposition, Outcome};
 use crate::transport_error::TransportError;
+use crate::unit::Headers;
 
 /// A claim: up to `limit` records, leased to `owner` for `lease`.
 #[derive(Clone, Copy, Debug)]
@@ -219,6 +220,8 @@ pub struct StoredRecord {
     pub attempts: u32,
     /// The last failure (for a dead record: `reason: detail`, e.g. `rejected: ...`).
     pub last_error: Option<String>,
+    /// The headers written with it.
+    pub headers: Headers,
 }
 
 impl fmt::Debug for StoredRecord {
@@ -231,6 +234,7 @@ impl fmt::Debug for StoredRecord {
             .field("status", &self.status)
             .field("attempts", &self.attempts)
             .field("last_error", &self.last_error)
+            .field("headers", &self.headers)
             .finish()
     }
 }

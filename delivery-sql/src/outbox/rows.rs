@@ -87,8 +87,9 @@ pub(crate) fn stored<DB: Sql>(row: &DB::Row) -> Result<StoredRecord, sqlx::Error
         status: Status::parse(&DB::text(row, "status")?),
         attempts: DB::count(row, "attempts")?,
         last_error: DB::opt_text(row, "last_error")?,
+        headers: headers_from_column(DB::opt_text(row, "headers")?.as_deref()),
     })
 }
 
 /// The columns [`stored`] reads.
-pub(crate) const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error";
+pub(crate) const COLUMNS: &str = "id, topic, key, payload, status, attempts, last_error, headers";

@@ -132,6 +132,11 @@ impl<D: Dialect> SqlStore<D> {
         &self.pool
     }
 
+    /// The dialect's statements for this table.
+    pub(crate) fn statements(&self) -> &OutboxSql {
+        &self.sql.dialect
+    }
+
     /// Creates the table and its indexes if missing (PostgreSQL: and the notify trigger; the
     /// statements are each dialect's crate's `sql/` file), and upgrades a table made by an
     /// earlier version (SQLite: one made before its `seq` column, keeping every record and its
