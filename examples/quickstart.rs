@@ -7,6 +7,10 @@
 //! delivered twice with one effect. It ends by listing the dead letter as an operator sees it,
 //! then checks two webhook deliveries over their raw bodies (a signed one and a forgery), and
 //! relays an outbox record from SQLite, marked delivered only after the receiver's receipt.
+//!
+//! The in-memory broker forgets everything on exit. The last part is durable: a queue in a SQLite
+//! file, whose units survive a crash and a restart, each acknowledged in the same transaction as
+//! its effect.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -211,6 +215,7 @@ async fn main() {
 
     webhooks();
     relay::run().await;
+    durable::run().await;
 }
 
 /// Rule 5: a webhook is verified over its raw bytes before anything parses it. The same
@@ -328,5 +333,131 @@ mod relay {
             "  relay report: {} delivered, {} retried; the record is {:?}",
             report.delivered, report.retried, stored.status
         );
+    }
+}
+
+/// The durable queue: a table in the service's own database (here a SQLite file; PostgreSQL the
+/// same with `.postgres(pool)` and `PgTx`). The handler writes its effect into the unit's
+/// transaction (`SqliteTx`); the runtime commits the acknowledgement in it, so a crash before
+/// that commit leaves neither, and the unit comes back after its visibility timeout. (From
+/// `delivery-sqlite`, a dev-dependency of this workspace; your service names the same types as
+/// `delivery::queue::{Queue, SqliteTx}`.)
+mod durable {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use delivery::{Consumer, DeliveryCount, HandlerError, Json, State, Unit, consumer};
+    use delivery_sqlite::SqliteTx;
+    use delivery_sqlite::queue::Queue;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+    use tokio::sync::Notify;
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Order {
+        order_id: String,
+    }
+
+    /// The demo's crash: the run that writes `o-q2` on its first delivery stops there, its
+    /// transaction open, and tells `main` to kill the consumer.
+    #[derive(Clone)]
+    struct Crash(Arc<Notify>);
+
+    #[consumer]
+    async fn record(
+        State(crash): State<Crash>,
+        Json(order): Json<Order>,
+        count: DeliveryCount,
+        mut tx: SqliteTx,
+    ) -> Result<(), HandlerError> {
+        sqlx::query("INSERT INTO orders (order_id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(&order.order_id)
+            .execute(&mut *tx)
+            .await?;
+        if order.order_id == "o-q2" && count == DeliveryCount::FIRST {
+            crash.0.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+
+    async fn open(file: &std::path::Path) -> SqlitePool {
+        let options = SqliteConnectOptions::new()
+            .filename(file)
+            .create_if_missing(true);
+        SqlitePool::connect_with(options).await.unwrap()
+    }
+
+    pub(super) async fn run() {
+        let file = std::env::temp_dir().join("delivery-quickstart-queue.db");
+        let _ = std::fs::remove_file(&file);
+        println!(
+            "\nthe durable queue, in the SQLite file {} (the ack commits with the effect):",
+            file.display()
+        );
+        let pool = open(&file).await;
+        sqlx::query("CREATE TABLE orders (order_id TEXT PRIMARY KEY)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let queue = Queue::new("orders")
+            .sqlite(pool.clone())
+            .visibility_timeout(Duration::from_millis(500), Duration::from_secs(60));
+        queue.migrate().await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        for n in 1..=3 {
+            let order = Order {
+                order_id: format!("o-q{n}"),
+            };
+            queue
+                .publish(&mut tx, &Unit::json(format!("q-{n}"), &order))
+                .await
+                .unwrap();
+        }
+        tx.commit().await.unwrap();
+        println!("  published q-1, q-2, q-3 in one transaction");
+
+        // Run 1, killed mid-effect: dropping the consumer is what a crash does to it.
+        let crash = Crash(Arc::new(Notify::new()));
+        let consumer = Consumer::new(queue.source())
+            .state(crash.clone())
+            .concurrency(1)
+            .run(record);
+        tokio::select! {
+            _ = consumer => unreachable!("runs until killed"),
+            () = crash.0.notified() => {}
+        }
+        pool.close().await;
+        println!(
+            "  run 1: q-1 applied; q-2's effect written, then the consumer died before its commit (dropped mid-run, as a crash drops it)"
+        );
+
+        // Run 2: a fresh start on the same file.
+        let pool = open(&file).await;
+        let queue = Queue::new("orders")
+            .sqlite(pool.clone())
+            .visibility_timeout(Duration::from_millis(500), Duration::from_secs(60));
+        let applied: Vec<String> = sqlx::query_scalar("SELECT order_id FROM orders")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        println!(
+            "  restarted: orders in the file {applied:?}; {} units pending",
+            queue.store().pending().await.unwrap()
+        );
+        let report = Consumer::new(queue.source())
+            .state(Crash(Arc::new(Notify::new())))
+            .shutdown_on(queue.store().idle())
+            .run(record)
+            .await;
+        let applied: Vec<String> =
+            sqlx::query_scalar("SELECT order_id FROM orders ORDER BY order_id")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        println!(
+            "  run 2: {} acked (q-2 came back after its visibility timeout); orders in the file {applied:?}, each once",
+            report.acked
+        );
+        pool.close().await;
     }
 }

@@ -130,7 +130,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let concurrency: usize = env_num("CONCURRENCY", 16);
     // A connection for each unit's transaction, one for the claims, one for `LISTEN`.
     let db = PgPoolOptions::new()
-        .max_connections(u32::try_from(concurrency).unwrap_or(u32::MAX).saturating_add(4))
+        .max_connections(
+            u32::try_from(concurrency)
+                .unwrap_or(u32::MAX)
+                .saturating_add(4),
+        )
         .connect(&url)
         .await
         .map_err(|e| format!("connecting to PostgreSQL at {url}: {e}"))?;
@@ -167,7 +171,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
         })
     };
-    tracing::info!(queue = name, table = queue.queue().table_name(), concurrency, "consuming");
+    tracing::info!(
+        queue = name,
+        table = queue.queue().table_name(),
+        concurrency,
+        "consuming"
+    );
     let report = Consumer::new(queue.source())
         .state(App {
             effect_delay: Duration::from_millis(env_num("EFFECT_DELAY_MS", 0)),
