@@ -41,7 +41,26 @@ pub fn example_binary(name: &str) -> PathBuf {
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let target_dir = profile_dir.parent().unwrap().to_path_buf();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // Without what cargo sets for this test process (its package's manifest directory, name,
+    // version...): build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR`)
+    // would otherwise see it change from the `cargo test` that built the example, and rebuild
+    // it and half its dependencies (25 s here) at each switch between the two.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            build.env_remove(key.as_ref());
+        }
+    }
+    let status = build
         .args([
             "build",
             "--quiet",
