@@ -16,6 +16,13 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// `url` with the session's `search_path` set to `schema`: what a child process is given, so the
+/// unqualified tables of an example land in the test's own schema.
+pub fn in_schema(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
 /// The features this test binary was built with, as `cargo build --features` takes them.
 fn features() -> String {
     [
@@ -153,6 +160,10 @@ pub trait Orders {
     async fn latest_orders(&self) -> BTreeMap<String, String> {
         self.tables().latest_orders().await
     }
+
+    async fn confirmations(&self) -> BTreeMap<String, i64> {
+        self.tables().confirmations().await
+    }
 }
 
 /// The effect tables of the examples' orders contract (`examples/support/orders.rs`), in a test's
@@ -186,6 +197,11 @@ impl OrdersDb<'_> {
     /// Each customer's latest order, as the stamp guard let the example store it.
     pub async fn latest_orders(&self) -> BTreeMap<String, String> {
         self.pairs("customer_id, order_id", "latest_orders").await
+    }
+
+    /// The confirmations counted per customer.
+    pub async fn confirmations(&self) -> BTreeMap<String, i64> {
+        self.pairs("customer_id, sent", "confirmations").await
     }
 
     async fn pairs<V>(&self, columns: &str, table: &str) -> BTreeMap<String, V>
