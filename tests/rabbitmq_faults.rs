@@ -2,9 +2,9 @@
 //! PostgreSQL stopped for a few seconds mid-run, and RabbitMQ stopped and started mid-run
 //! (`rabbitmqctl stop_app` / `start_app`). Each server is started again even when the test fails.
 //!
-//! The database that goes down is a PostgreSQL cluster of this test's own
-//! (`delivery_faults`, port 5433, created with `pg_createcluster` on first use), so stopping it
-//! disturbs nothing else on the machine.
+//! The database that goes down is a PostgreSQL cluster of the fault tests' own
+//! (`delivery_faults`, port 5433, created with `pg_createcluster` on first use;
+//! `support/faults.rs`), so stopping it disturbs nothing else on the machine.
 //!
 //! The two faults run one after the other (a lock), and cargo runs test binaries one at a time, so
 //! no other test sees the broker go down.
@@ -12,6 +12,8 @@
 
 #[path = "support/dead_letters.rs"]
 mod dead_letters;
+#[path = "support/faults.rs"]
+mod faults;
 #[path = "support/rabbitmq_orders.rs"]
 mod orders;
 #[path = "support/process.rs"]
@@ -25,90 +27,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use delivery::dead_letter::DeadLetters;
+use faults::{Restart, fault_database, service, start_postgres, stop_postgres};
 use orders::Env;
 use process::{Orders as _, order, terminate, wait_for};
-
-/// Runs a service command (as the servers' own tools do it), failing loudly.
-fn service(what: &str, program: &str, args: &[&str]) {
-    let status = Command::new(program)
-        .args(args)
-        .status()
-        .unwrap_or_else(|e| panic!("{what}: could not run {program}: {e}"));
-    assert!(
-        status.success(),
-        "{what}: {program} {args:?} failed: {status}"
-    );
-}
-
-/// The PostgreSQL version whose tools manage the clusters.
-fn postgres_version() -> String {
-    let versions =
-        std::fs::read_dir("/etc/postgresql").expect("/etc/postgresql lists the clusters");
-    let mut versions: Vec<String> = versions
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    versions.sort();
-    versions.into_iter().next().expect("a PostgreSQL cluster")
-}
-
-const FAULT_CLUSTER: &str = "delivery_faults";
-const FAULT_PORT: &str = "5433";
-
-/// The test's own PostgreSQL cluster, created (trust auth, port 5433) and started if needed.
-fn fault_database() -> String {
-    let version = postgres_version();
-    let listed = Command::new("pg_lsclusters")
-        .args(["--no-header", &version, FAULT_CLUSTER])
-        .output()
-        .expect("pg_lsclusters runs");
-    let line = String::from_utf8_lossy(&listed.stdout).into_owned();
-    if !listed.status.success() || line.trim().is_empty() {
-        service(
-            "creating the fault test's PostgreSQL cluster",
-            "pg_createcluster",
-            &[
-                &version,
-                FAULT_CLUSTER,
-                "-p",
-                FAULT_PORT,
-                "--start",
-                "--",
-                "--auth=trust",
-            ],
-        );
-    } else if !line.contains("online") {
-        start_postgres();
-    }
-    format!("postgres://postgres@127.0.0.1:{FAULT_PORT}/postgres")
-}
-
-fn stop_postgres() {
-    service(
-        "stopping PostgreSQL",
-        "pg_ctlcluster",
-        &[
-            "--skip-systemctl-redirect",
-            &postgres_version(),
-            FAULT_CLUSTER,
-            "stop",
-            "-m",
-            "fast",
-        ],
-    );
-}
-
-fn start_postgres() {
-    service(
-        "starting PostgreSQL",
-        "pg_ctlcluster",
-        &[
-            "--skip-systemctl-redirect",
-            &postgres_version(),
-            FAULT_CLUSTER,
-            "start",
-        ],
-    );
-}
 
 fn stop_rabbitmq_app() {
     service("stopping RabbitMQ", "rabbitmqctl", &["stop_app"]);
@@ -121,23 +42,6 @@ fn start_rabbitmq_app() {
         "rabbitmqctl",
         &["await_startup", "--timeout", "120"],
     );
-}
-
-/// Starts a stopped server again when dropped, so a failing assertion leaves nothing stopped.
-struct Restart(Option<fn()>);
-
-impl Restart {
-    fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for Restart {
-    fn drop(&mut self) {
-        if let Some(start) = self.0.take() {
-            start();
-        }
-    }
 }
 
 /// `line` without its ANSI color sequences (`ESC [ ... m`).

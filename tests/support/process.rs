@@ -16,6 +16,13 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
+/// `url` with the session's `search_path` set to `schema`: what a child process is given, so the
+/// unqualified tables of an example land in the test's own schema.
+pub fn in_schema(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
 /// The features this test binary was built with, as `cargo build --features` takes them.
 fn features() -> String {
     [
@@ -41,7 +48,26 @@ pub fn example_binary(name: &str) -> PathBuf {
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let target_dir = profile_dir.parent().unwrap().to_path_buf();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let mut build = Command::new(cargo);
+    // Without what cargo sets for this test process (its package's manifest directory, name,
+    // version...): build scripts that watch one of them (ring's watches `CARGO_MANIFEST_DIR`)
+    // would otherwise see it change from the `cargo test` that built the example, and rebuild
+    // it and half its dependencies (25 s here) at each switch between the two.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+            ]
+            .contains(&key.as_ref())
+        {
+            build.env_remove(key.as_ref());
+        }
+    }
+    let status = build
         .args([
             "build",
             "--quiet",
@@ -134,6 +160,10 @@ pub trait Orders {
     async fn latest_orders(&self) -> BTreeMap<String, String> {
         self.tables().latest_orders().await
     }
+
+    async fn confirmations(&self) -> BTreeMap<String, i64> {
+        self.tables().confirmations().await
+    }
 }
 
 /// The effect tables of the examples' orders contract (`examples/support/orders.rs`), in a test's
@@ -167,6 +197,11 @@ impl OrdersDb<'_> {
     /// Each customer's latest order, as the stamp guard let the example store it.
     pub async fn latest_orders(&self) -> BTreeMap<String, String> {
         self.pairs("customer_id, order_id", "latest_orders").await
+    }
+
+    /// The confirmations counted per customer.
+    pub async fn confirmations(&self) -> BTreeMap<String, i64> {
+        self.pairs("customer_id, sent", "confirmations").await
     }
 
     async fn pairs<V>(&self, columns: &str, table: &str) -> BTreeMap<String, V>
