@@ -977,3 +977,157 @@ async fn redis_bulk_actions_name_the_copies_they_touch() {
     assert_eq!(dlq.ok(&["count"]).field("total"), "1");
     delete_streams(&mut redis, &topology).await;
 }
+
+/// A fresh PostgreSQL queue `cli-queue-<suffix>` (its own table) through `pool`, whose dead rows a
+/// consumer filled with [`DEAD`] (each unit with the header `tenant: acme`).
+async fn queue_dead(pool: &delivery::sqlx::PgPool, suffix: &str) -> delivery::queue::PgQueue {
+    let queue = delivery::queue::Queue::new(&format!("cli-queue-{suffix}-{}", std::process::id()));
+    delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {}",
+        queue.table_name()
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    let queue = queue.postgres(pool.clone());
+    queue.migrate().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    for (id, body) in UNITS {
+        let headers = Headers::from_pairs([("tenant", "acme")]);
+        let unit = Unit::new(id, body.to_vec()).with_headers(headers);
+        queue.publish(&mut tx, &unit).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    consume_until_dead(queue.source(), queue.store(), 4).await;
+    queue
+}
+
+async fn pg_pool() -> delivery::sqlx::PgPool {
+    let url = database_url();
+    delivery::sqlx::PgPool::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL unreachable at {url}: {e}"))
+}
+
+async fn drop_queue(pool: &delivery::sqlx::PgPool, queue: &delivery::queue::PgQueue) {
+    delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!(
+        "DROP TABLE {}",
+        queue.queue().table_name()
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// The database queue's dead letter (its table's dead rows) through the same commands as every
+/// broker's: a redriven unit is pending again in its table, under its own id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_queue_count_list_show_redrive_purge() {
+    let pool = pg_pool().await;
+    let queue = queue_dead(&pool, "ops").await;
+    let table = queue.queue().table_name().to_owned();
+    let url = database_url();
+    let dlq = Dlq::new(&[
+        "--transport",
+        "postgres",
+        "--database-url",
+        &url,
+        "--table",
+        &table,
+    ]);
+    let pending = format!("SELECT id FROM {table} WHERE status = 'pending'");
+    let source_ids = async || {
+        delivery::sqlx::query_scalar(delivery::sqlx::AssertSqlSafe(pending.clone()))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    };
+    operate(&dlq, &table, queue.queue().name(), source_ids).await;
+    drop_queue(&pool, &queue).await;
+}
+
+/// A thousand dead units: counted, listed page by page in their order, redriven all at once
+/// (each pending again, its count back to 0), and, dead again, purged by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_queue_a_thousand_dead_letters() {
+    const N: usize = 1000;
+    let pool = pg_pool().await;
+    let queue = delivery::queue::Queue::new(&format!("cli-queue-many-{}", std::process::id()));
+    delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!(
+        "DROP TABLE IF EXISTS {}",
+        queue.table_name()
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let queue = queue.postgres(pool.clone()).batch(256);
+    queue.migrate().await.unwrap();
+    let ids: Vec<String> = (0..N).map(|i| format!("poison-{i:04}")).collect();
+    let mut tx = pool.begin().await.unwrap();
+    for id in &ids {
+        queue
+            .publish(&mut tx, &Unit::new(id.as_str(), b"{not json".to_vec()))
+            .await
+            .unwrap();
+    }
+    tx.commit().await.unwrap();
+    let fill = |queue: delivery::queue::PgQueue| async move {
+        let store = queue.store().clone();
+        Consumer::new(queue.source())
+            .concurrency(32)
+            .shutdown_on(async move { store.idle().await })
+            .run(strict)
+            .await
+    };
+    assert_eq!(fill(queue.clone()).await.dead_lettered, N as u64);
+
+    let table = queue.queue().table_name().to_owned();
+    let url = database_url();
+    let dlq = Dlq::new(&[
+        "--transport",
+        "postgres",
+        "--database-url",
+        &url,
+        "--table",
+        &table,
+    ]);
+    assert_eq!(dlq.ok(&["count"]).field("total"), N.to_string());
+    // Every unit, page by page, in the order they were published, each once.
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut command = vec!["list", "--json", "--limit", "300"];
+        if let Some(after) = &cursor {
+            command.extend(["--after", after.as_str()]);
+        }
+        let page = dlq.ok(&command).json();
+        listed.extend(
+            page["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["id"].as_str().unwrap().to_owned()),
+        );
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, ids);
+
+    let all = dlq.ok(&["redrive", "--all", "--yes"]);
+    assert_eq!(all.stdout, format!("redriven {N} units from {table}\n"));
+    assert_eq!(queue.store().pending().await.unwrap(), N as u64);
+    assert_eq!(dlq.ok(&["count"]).field("total"), "0");
+    // Dead again (their count restarted at 1), then purged for good.
+    assert_eq!(fill(queue.clone()).await.dead_lettered, N as u64);
+    let first = dlq.ok(&["show", "poison-0000", "--json"]).json();
+    assert_eq!(first["delivery_count"], 1, "{first}");
+    let mut purge = vec!["purge"];
+    purge.extend(ids.iter().map(String::as_str));
+    purge.push("--yes");
+    let purged = dlq.ok(&purge);
+    assert_eq!(purged.stdout, format!("purged {N} units from {table}\n"));
+    assert_eq!(dlq.ok(&["count"]).field("total"), "0");
+    drop_queue(&pool, &queue).await;
+}

@@ -69,7 +69,7 @@ use crate::driver::{Exec, Sql, Value};
 use crate::outbox::{Outbox, SqlStore};
 
 pub use source::{QueueHandle, QueueSource};
-pub use tx::Tx;
+pub use tx::{EndedByTheRuntime, Tx};
 
 /// A queue's name and table: what a producer publishes to and a consumer reads. Its table is
 /// `delivery_queue_<name>` (each character of the name that is not a letter, a digit or `_` as

@@ -73,6 +73,36 @@ fn no_transaction<DB: Database>() -> Malformed {
     ))
 }
 
+/// What a handler that tries to end the unit's transaction itself is told: `commit` and
+/// `rollback` exist on [`Tx`] only to say this, at compile time.
+#[diagnostic::on_unimplemented(
+    message = "the unit's transaction is ended by the runtime: it commits it with the unit's acknowledgement",
+    label = "not the handler's to end",
+    note = "return `Ok(..)`: the runtime marks the unit delivered in this transaction and commits both at once; return an error (or `HandlerError::reject`) and it rolls both back"
+)]
+pub trait EndedByTheRuntime {}
+
+impl<DB: Database> Tx<DB> {
+    /// Refused at compile time ([`EndedByTheRuntime`]): the runtime commits the unit's
+    /// transaction with its acknowledgement.
+    #[doc(hidden)]
+    pub fn commit(self) -> std::future::Ready<Result<(), sqlx::Error>>
+    where
+        Self: EndedByTheRuntime,
+    {
+        std::future::ready(Ok(()))
+    }
+
+    /// Refused at compile time ([`EndedByTheRuntime`]): return an error to roll back.
+    #[doc(hidden)]
+    pub fn rollback(self) -> std::future::Ready<Result<(), sqlx::Error>>
+    where
+        Self: EndedByTheRuntime,
+    {
+        std::future::ready(Ok(()))
+    }
+}
+
 /// Back to the slot, however the handler ended (returned, failed, panicked, timed out): the
 /// handle commits it with the acknowledgement, or rolls it back.
 impl<DB: Database> Drop for Tx<DB> {
