@@ -27,22 +27,15 @@ use std::time::Duration;
 
 use delivery::dead_letter::DeadLetters;
 use delivery::queue::{PgTx, Queue};
-use delivery::store::postgres;
 use delivery::{Consumer, HandlerError, Json, Stamp, State, consumer};
-use serde::Deserialize;
 use sqlx::postgres::PgPoolOptions;
 
 #[path = "support/env.rs"]
 mod env;
 use env::{env_num, env_or, shutdown_signal};
-
-/// One unit: `{"order_id": str, "customer_id": str, "amount_cents": int}`.
-#[derive(Deserialize)]
-struct OrderPlaced {
-    order_id: String,
-    customer_id: String,
-    amount_cents: i64,
-}
+#[path = "support/orders.rs"]
+mod orders;
+use orders::OrderPlaced;
 
 #[derive(Clone)]
 struct App {
@@ -50,8 +43,10 @@ struct App {
     effect_delay: Duration,
 }
 
-/// Applies one order in the unit's transaction: the runtime commits it with the unit's
-/// acknowledgement once this returns `Ok`, and rolls it back otherwise.
+/// Applies one order in the unit's transaction (the effect of `support/orders.rs`): the runtime
+/// commits it with the unit's acknowledgement once this returns `Ok`, and rolls it back
+/// otherwise. The confirmation, with no natural key, needs no inbox: it commits with the
+/// acknowledgement, so it is counted once per unit.
 #[consumer]
 async fn apply_order(
     State(app): State<App>,
@@ -59,54 +54,9 @@ async fn apply_order(
     Json(order): Json<OrderPlaced>,
     mut tx: PgTx,
 ) -> Result<(), HandlerError> {
-    if order.amount_cents < 0 {
-        return Err(HandlerError::reject(format!(
-            "order {} has a negative amount ({} cents)",
-            order.order_id, order.amount_cents
-        )));
-    }
-    let inserted = sqlx::query(
-        "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
-         ON CONFLICT (order_id) DO NOTHING",
-    )
-    .bind(&order.order_id)
-    .bind(&order.customer_id)
-    .bind(order.amount_cents)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted == 1 {
-        sqlx::query(
-            "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
-             ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
-        )
-        .bind(&order.customer_id)
-        .bind(order.amount_cents)
-        .execute(&mut *tx)
-        .await?;
-        // The customer's latest order: only if this unit is newer than the one stored (rule 4).
-        if postgres::advance(&mut tx, "latest_orders", &order.customer_id, stamp).await? {
-            sqlx::query(
-                "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
-                 ON CONFLICT (customer_id) DO UPDATE \
-                 SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
-            )
-            .bind(&order.customer_id)
-            .bind(&order.order_id)
-            .bind(order.amount_cents)
-            .execute(&mut *tx)
-            .await?;
-        }
-    }
-    // A confirmation counted per unit: `sent + 1` has no key a redelivery could collide with,
-    // and needs none — it commits with the acknowledgement, so it is counted once.
-    sqlx::query(
-        "INSERT INTO confirmations (customer_id, sent) VALUES ($1, 1) \
-         ON CONFLICT (customer_id) DO UPDATE SET sent = confirmations.sent + 1",
-    )
-    .bind(&order.customer_id)
-    .execute(&mut *tx)
-    .await?;
+    orders::refuse_negative(&order)?;
+    orders::apply(&mut tx, &order, stamp).await?;
+    orders::confirm(&mut tx, &order).await?;
     if !app.effect_delay.is_zero() {
         tokio::time::sleep(app.effect_delay).await;
     }
@@ -138,15 +88,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .connect(&url)
         .await
         .map_err(|e| format!("connecting to PostgreSQL at {url}: {e}"))?;
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
-         CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);
-         CREATE TABLE IF NOT EXISTS latest_orders (customer_id text PRIMARY KEY, order_id text, amount_cents bigint);
-         CREATE TABLE IF NOT EXISTS confirmations (customer_id text PRIMARY KEY, sent bigint NOT NULL);",
-    )
-    .execute(&db)
-    .await?;
-    postgres::migrate(&mut *db.acquire().await?).await?;
+    orders::create_contract_tables(&db).await?;
 
     let name = env_or("QUEUE", "orders");
     let queue = Queue::new(&name)

@@ -981,6 +981,20 @@ async fn redis_bulk_actions_name_the_copies_they_touch() {
 /// A fresh PostgreSQL queue `cli-queue-<suffix>` (its own table) through `pool`, whose dead rows a
 /// consumer filled with [`DEAD`] (each unit with the header `tenant: acme`).
 async fn queue_dead(pool: &delivery::sqlx::PgPool, suffix: &str) -> delivery::queue::PgQueue {
+    let queue = fresh_queue(pool, suffix).await;
+    let mut tx = pool.begin().await.unwrap();
+    for (id, body) in UNITS {
+        let headers = Headers::from_pairs([("tenant", "acme")]);
+        let unit = Unit::new(id, body.to_vec()).with_headers(headers);
+        queue.publish(&mut tx, &unit).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    consume_until_dead(queue.source(), queue.store(), 4).await;
+    queue
+}
+
+/// An empty PostgreSQL queue `cli-queue-<suffix>-<pid>`, its table made anew.
+async fn fresh_queue(pool: &delivery::sqlx::PgPool, suffix: &str) -> delivery::queue::PgQueue {
     let queue = delivery::queue::Queue::new(&format!("cli-queue-{suffix}-{}", std::process::id()));
     delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!(
         "DROP TABLE IF EXISTS {}",
@@ -991,15 +1005,20 @@ async fn queue_dead(pool: &delivery::sqlx::PgPool, suffix: &str) -> delivery::qu
     .unwrap();
     let queue = queue.postgres(pool.clone());
     queue.migrate().await.unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    for (id, body) in UNITS {
-        let headers = Headers::from_pairs([("tenant", "acme")]);
-        let unit = Unit::new(id, body.to_vec()).with_headers(headers);
-        queue.publish(&mut tx, &unit).await.unwrap();
-    }
-    tx.commit().await.unwrap();
-    consume_until_dead(queue.source(), queue.store(), 4).await;
     queue
+}
+
+/// The binary on the dead records of the PostgreSQL table `table`.
+fn postgres_cli(table: &str) -> Dlq {
+    let url = database_url();
+    Dlq::new(&[
+        "--transport",
+        "postgres",
+        "--database-url",
+        &url,
+        "--table",
+        table,
+    ])
 }
 
 async fn pg_pool() -> delivery::sqlx::PgPool {
@@ -1026,15 +1045,7 @@ async fn postgres_queue_count_list_show_redrive_purge() {
     let pool = pg_pool().await;
     let queue = queue_dead(&pool, "ops").await;
     let table = queue.queue().table_name().to_owned();
-    let url = database_url();
-    let dlq = Dlq::new(&[
-        "--transport",
-        "postgres",
-        "--database-url",
-        &url,
-        "--table",
-        &table,
-    ]);
+    let dlq = postgres_cli(&table);
     let pending = format!("SELECT id FROM {table} WHERE status = 'pending'");
     let source_ids = async || {
         delivery::sqlx::query_scalar(delivery::sqlx::AssertSqlSafe(pending.clone()))
@@ -1052,16 +1063,7 @@ async fn postgres_queue_count_list_show_redrive_purge() {
 async fn postgres_queue_a_thousand_dead_letters() {
     const N: usize = 1000;
     let pool = pg_pool().await;
-    let queue = delivery::queue::Queue::new(&format!("cli-queue-many-{}", std::process::id()));
-    delivery::sqlx::query(delivery::sqlx::AssertSqlSafe(format!(
-        "DROP TABLE IF EXISTS {}",
-        queue.table_name()
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let queue = queue.postgres(pool.clone()).batch(256);
-    queue.migrate().await.unwrap();
+    let queue = fresh_queue(&pool, "many").await.batch(256);
     let ids: Vec<String> = (0..N).map(|i| format!("poison-{i:04}")).collect();
     let mut tx = pool.begin().await.unwrap();
     for id in &ids {
@@ -1082,15 +1084,7 @@ async fn postgres_queue_a_thousand_dead_letters() {
     assert_eq!(fill(queue.clone()).await.dead_lettered, N as u64);
 
     let table = queue.queue().table_name().to_owned();
-    let url = database_url();
-    let dlq = Dlq::new(&[
-        "--transport",
-        "postgres",
-        "--database-url",
-        &url,
-        "--table",
-        &table,
-    ]);
+    let dlq = postgres_cli(&table);
     assert_eq!(dlq.ok(&["count"]).field("total"), N.to_string());
     // Every unit, page by page, in the order they were published, each once.
     let mut listed = Vec::new();

@@ -3,7 +3,10 @@
 //! customer's latest order, guarded by the unit's stamp, so an older order arriving late never
 //! replaces a newer one (rule 4). And a side effect with no natural key — a confirmation counted
 //! per customer — guarded by the inbox, in the same transaction, so a redelivery of the unit
-//! counts nothing (rule 3).
+//! counts nothing (rule 3). `examples/sql_consumer.rs` applies the same effect ([`apply`],
+//! [`confirm`]) in the unit's own transaction, where the acknowledgement commits with it and no
+//! inbox is needed.
+#![allow(dead_code)] // each example uses part of it
 
 use std::time::Duration;
 
@@ -11,11 +14,18 @@ use delivery::inbox::Inbox;
 use delivery::store::postgres;
 use delivery::{HandlerError, Json, Stamp, State, UnitId, consumer};
 use serde::Deserialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 /// Creates the `orders`, `balances`, `latest_orders` and `confirmations` tables, the stamp
 /// guard's and the inbox's, if they are missing.
 pub async fn create_tables(db: &PgPool) -> sqlx::Result<()> {
+    create_contract_tables(db).await?;
+    confirmations().postgres(db.clone()).migrate().await
+}
+
+/// Creates the `orders`, `balances`, `latest_orders` and `confirmations` tables and the stamp
+/// guard's, if they are missing.
+pub async fn create_contract_tables(db: &PgPool) -> sqlx::Result<()> {
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
          CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);
@@ -24,7 +34,6 @@ pub async fn create_tables(db: &PgPool) -> sqlx::Result<()> {
     )
     .execute(db)
     .await?;
-    confirmations().postgres(db.clone()).migrate().await?;
     let mut connection = db.acquire().await?;
     postgres::migrate(&mut connection).await
 }
@@ -61,13 +70,42 @@ pub async fn apply_order(
     stamp: Stamp,
     Json(order): Json<OrderPlaced>,
 ) -> Result<(), HandlerError> {
+    refuse_negative(&order)?;
+    let mut tx = app.db.begin().await?;
+    apply(&mut tx, &order, stamp).await?;
+    // A confirmation counted for the customer: `sent + 1` has no key a redelivery could collide
+    // with, so the inbox records the unit in this transaction and the count moves only the first
+    // time. (Two publishes of one order under two message ids are two units: each is counted.)
+    if confirmations().first_time(&mut tx, &id).await? {
+        confirm(&mut tx, &order).await?;
+    }
+    tx.commit().await?;
+    if !app.effect_delay.is_zero() {
+        tokio::time::sleep(app.effect_delay).await;
+    }
+    Ok(())
+}
+
+/// A negative amount is refused for good: the unit goes to the dead letter.
+pub fn refuse_negative(order: &OrderPlaced) -> Result<(), HandlerError> {
     if order.amount_cents < 0 {
         return Err(HandlerError::reject(format!(
             "order {} has a negative amount ({} cents)",
             order.order_id, order.amount_cents
         )));
     }
-    let mut tx = app.db.begin().await?;
+    Ok(())
+}
+
+/// The keyed effect, in the caller's transaction: the order inserted (nothing if its id is
+/// there) and, only if inserted, its amount added to the customer's balance, so a redelivery
+/// changes nothing; the customer's latest order replaced only by a unit with a newer stamp
+/// (rule 4).
+pub async fn apply(
+    tx: &mut PgConnection,
+    order: &OrderPlaced,
+    stamp: Stamp,
+) -> Result<(), sqlx::Error> {
     let inserted = sqlx::query(
         "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
          ON CONFLICT (order_id) DO NOTHING",
@@ -78,44 +116,41 @@ pub async fn apply_order(
     .execute(&mut *tx)
     .await?
     .rows_affected();
-    if inserted == 1 {
+    if inserted == 0 {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
+         ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
+    )
+    .bind(&order.customer_id)
+    .bind(order.amount_cents)
+    .execute(&mut *tx)
+    .await?;
+    if postgres::advance(tx, "latest_orders", &order.customer_id, stamp).await? {
         sqlx::query(
-            "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
-             ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
+            "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
+             ON CONFLICT (customer_id) DO UPDATE \
+             SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
         )
         .bind(&order.customer_id)
+        .bind(&order.order_id)
         .bind(order.amount_cents)
         .execute(&mut *tx)
         .await?;
-        // The customer's latest order: only if this unit is newer than the one stored (rule 4).
-        if postgres::advance(&mut tx, "latest_orders", &order.customer_id, stamp).await? {
-            sqlx::query(
-                "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
-                 ON CONFLICT (customer_id) DO UPDATE \
-                 SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
-            )
-            .bind(&order.customer_id)
-            .bind(&order.order_id)
-            .bind(order.amount_cents)
-            .execute(&mut *tx)
-            .await?;
-        }
     }
-    // A confirmation counted for the customer: `sent + 1` has no key a redelivery could collide
-    // with, so the inbox records the unit in this transaction and the count moves only the first
-    // time. (Two publishes of one order under two message ids are two units: each is counted.)
-    if confirmations().first_time(&mut tx, &id).await? {
-        sqlx::query(
-            "INSERT INTO confirmations (customer_id, sent) VALUES ($1, 1) \
-             ON CONFLICT (customer_id) DO UPDATE SET sent = confirmations.sent + 1",
-        )
-        .bind(&order.customer_id)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    if !app.effect_delay.is_zero() {
-        tokio::time::sleep(app.effect_delay).await;
-    }
+    Ok(())
+}
+
+/// One confirmation counted for the order's customer. It has no natural key, so it must run once
+/// per unit: guarded by the inbox, or committed with the unit's acknowledgement.
+pub async fn confirm(tx: &mut PgConnection, order: &OrderPlaced) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO confirmations (customer_id, sent) VALUES ($1, 1) \
+         ON CONFLICT (customer_id) DO UPDATE SET sent = confirmations.sent + 1",
+    )
+    .bind(&order.customer_id)
+    .execute(tx)
+    .await?;
     Ok(())
 }

@@ -68,6 +68,7 @@ use crate::dialect::{Dialect, DialectOf};
 use crate::driver::{Exec, Sql, Value};
 use crate::outbox::{Outbox, SqlStore};
 
+use source::Settings;
 pub use source::{QueueHandle, QueueSource};
 pub use tx::{EndedByTheRuntime, Tx};
 
@@ -181,16 +182,6 @@ pub struct SqlQueue<D: Dialect> {
     queue: Queue,
     store: SqlStore<D>,
     settings: Settings,
-}
-
-/// How a queue's consumers claim.
-#[derive(Clone, Copy, Debug)]
-struct Settings {
-    batch: usize,
-    visibility: Duration,
-    keep_alive_at_most: Duration,
-    poll: Duration,
-    max_deliveries: Option<std::num::NonZeroU32>,
 }
 
 impl<D: Dialect> Clone for SqlQueue<D> {

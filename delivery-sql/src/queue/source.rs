@@ -13,12 +13,21 @@ use delivery_core::outbox::{Claim, Mark, Record, RecordId, Store, Wakeups};
 use delivery_core::transport::{KeepAlive, Settle, Source, TransportError};
 use delivery_core::unit::{DeliveryCount, Unit};
 
-use super::Settings;
 use super::tx::Slot;
 use crate::dialect::Dialect;
 use crate::driver::{Exec, Sql, Value};
 use crate::error::{failed, transport_error};
 use crate::outbox::SqlStore;
+
+/// How a queue's consumers claim.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Settings {
+    pub(super) batch: usize,
+    pub(super) visibility: Duration,
+    pub(super) keep_alive_at_most: Duration,
+    pub(super) poll: Duration,
+    pub(super) max_deliveries: Option<std::num::NonZeroU32>,
+}
 
 /// A consumer's source of a queue's units ([`SqlQueue::source`](super::SqlQueue::source)): it
 /// claims up to a batch of pending rows at a time, oldest first, with `FOR UPDATE SKIP LOCKED`
