@@ -13,7 +13,6 @@ use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::Notify;
 
 #[path = "../../examples/support/orders.rs"]
-#[allow(dead_code)]
 pub mod orders;
 
 pub fn database_url() -> String {

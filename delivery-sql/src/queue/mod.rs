@@ -5,7 +5,7 @@
 //! A queue is a table of the outbox's shape ([`Outbox`]): one table per queue, its rows the
 //! units. A row's `id` is the unit's id, its `attempts` the unit's delivery count (rule 2: kept
 //! in the row, counted by each claim), its `seq` the unit's stamp (rule 4), its `key` the unit's
-//! ordering key ([`KEY`](delivery_core::headers::KEY), for
+//! ordering key ([`KEY`], for
 //! [`order_by_key`](delivery_core::Consumer::order_by_key)). A unit is `pending` until it is
 //! acknowledged (`delivered`) or dead-lettered (`dead`, in the same table: its dead letter is the
 //! [`SqlStore`]'s dead records, a [`DeadLetters`](delivery_core::DeadLetters) like every
@@ -140,7 +140,7 @@ impl Queue {
     }
 
     /// Enqueues `unit` (its id, payload and headers; its key from its
-    /// [`KEY`](delivery_core::headers::KEY) header) in the caller's transaction: it is consumed
+    /// [`KEY`] header) in the caller's transaction: it is consumed
     /// only once that transaction commits, and not at all if it rolls back. Its stamp is the
     /// row's sequence (or the unit's own, where its producer gave it one), its delivery count
     /// starts at the first claim. Returns `false`, changing

@@ -91,9 +91,11 @@ impl<D: Dialect> QueueSource<D> {
         })
     }
 
-    /// Waits for a notification that units were committed, or the poll.
+    /// Waits for a notification that units were committed, or the poll. Where the database
+    /// notifies, a listener that could not connect or ended is tried again at the next wait, so
+    /// wake-ups resume after an outage.
     async fn idle(&mut self) {
-        if self.wakeups.is_none() {
+        if self.wakeups.is_none() || (D::NOTIFIES && matches!(self.wakeups, Some(None))) {
             self.wakeups = Some(self.shared.store.wakeups().await);
         }
         let poll = tokio::time::sleep(self.settings.poll);
@@ -101,7 +103,6 @@ impl<D: Dialect> QueueSource<D> {
             Some(wakeups) => {
                 tokio::select! {
                     woken = wakeups.next() => if woken.is_none() {
-                        // The listener ended: poll from now on.
                         self.wakeups = Some(None);
                     },
                     () = poll => {}
@@ -179,9 +180,14 @@ impl<D: Dialect> Source for QueueSource<D> {
         ))
     }
 
-    /// Gives back the units claimed and not yet received: visible again at once, this delivery
-    /// not counted.
+    /// Gives back the units claimed and not yet received (a claim cut short by a cancelled
+    /// `receive` is finished first): visible again at once, this delivery not counted.
     async fn stop(&mut self) {
+        if let Some(claiming) = self.claiming.take()
+            && let Ok(records) = claiming.await
+        {
+            self.claimed.extend(records);
+        }
         let marks: Vec<Mark> = self
             .claimed
             .drain(..)
