@@ -85,6 +85,62 @@ where
     }
 }
 
+/// Whether the current runtime has worker threads for tasks of their own.
+pub(crate) fn has_workers() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    Handle::try_current()
+        .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread)
+}
+
+pin_project_lite::pin_project! {
+    /// A handler's future, polled in the consumer's loop (`Here`) or run on a task of its own
+    /// (`Apart`): a handler that works in the unit's transaction spends its run driving its
+    /// connection, and on a task of its own that work spreads over the worker threads instead of
+    /// queueing on the loop's (the database queue's drain, `benches/sql_queue.rs`). Its panic is
+    /// its outcome either way; the task is aborted if the run is dropped (a unit abandoned at
+    /// the drain deadline), which drops its transaction.
+    #[project = RunProj]
+    pub(crate) enum Run<F> {
+        Here { #[pin] call: F },
+        Apart { task: tokio_util::task::AbortOnDropHandle<Outcome> },
+    }
+}
+
+impl<F> Run<F>
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    /// `call`, on a task of its own if `apart`.
+    #[inline(always)]
+    pub(crate) fn new(call: F, apart: bool) -> Self {
+        if !apart {
+            return Run::Here { call };
+        }
+        use tracing::Instrument;
+        use tracing::instrument::WithSubscriber;
+        let run = async move { guarded(call).await.unwrap_or_else(|panicked| panicked) };
+        let task = tokio::spawn(run.in_current_span().with_current_subscriber());
+        Run::Apart {
+            task: tokio_util::task::AbortOnDropHandle::new(task),
+        }
+    }
+}
+
+impl<F: Future<Output = Outcome>> Future for Run<F> {
+    type Output = Outcome;
+
+    #[inline(always)]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        match self.project() {
+            RunProj::Here { call } => call.poll(cx),
+            RunProj::Apart { task } => Pin::new(task).poll(cx).map(|ended| match ended {
+                Ok(outcome) => outcome,
+                Err(ended) => Outcome::Failed(format!("the handler's task ended: {ended}")),
+            }),
+        }
+    }
+}
+
 /// Runs user code: a panic in it becomes the [failed outcome](Outcome::panicked) of its run.
 #[inline(always)]
 pub(crate) fn guard<T>(user_code: impl FnOnce() -> T) -> Result<T, Outcome> {

@@ -27,7 +27,7 @@ use super::report::Report;
 use super::settle::Settler;
 use crate::disposition::{Disposition, Outcome};
 use crate::handler::Handler;
-use crate::runtime::{Guarded, Shutdown, place_for};
+use crate::runtime::{Guarded, Run, Shutdown, place_for};
 use crate::source::{KeepAlive, Settle, Source};
 use crate::trace::{self, Messaging};
 use crate::transport_error::TransportError;
@@ -44,6 +44,9 @@ struct Env<'a, S, H> {
     settler: &'a Settler,
     messaging: &'a Messaging,
     keep_alive: Option<KeepAlive>,
+    /// Whether each handler's run is a task of its own ([`Run`]): for a handler that works in
+    /// the unit's transaction, where the runtime has worker threads.
+    apart: bool,
     /// Cancelled at the drain deadline: the runs still waiting give their units back.
     abandon: &'a CancellationToken,
 }
@@ -89,6 +92,7 @@ where
         settler: &settler,
         messaging: &messaging,
         keep_alive: source.keep_alive(),
+        apart: H::IN_TRANSACTION && crate::runtime::has_workers(),
         abandon: &abandon,
     };
     let lanes = order::lanes(order.as_ref(), env.keep_alive);
@@ -487,7 +491,12 @@ where
         let outcome = match began {
             Err(outcome) => outcome,
             Ok(()) => {
-                let make = || env.handler.call(&unit, env.state);
+                let make = || {
+                    Run::new(
+                        env.handler.call(&unit, env.state),
+                        H::IN_TRANSACTION && env.apart,
+                    )
+                };
                 let mut call = pin!(place_for(&make));
                 let mut run = Guarded::new(make, call.as_mut());
                 match PollOnce(Pin::new(&mut run)).await {
