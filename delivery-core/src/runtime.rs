@@ -63,13 +63,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    use tokio::runtime::{Handle, RuntimeFlavor};
     use tracing::Instrument;
     use tracing::instrument::WithSubscriber;
 
-    let multi_thread = Handle::try_current()
-        .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::MultiThread);
-    if !multi_thread {
+    if !has_workers() {
         return run.await;
     }
     let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(

@@ -44,9 +44,9 @@ struct Env<'a, S, H> {
     settler: &'a Settler,
     messaging: &'a Messaging,
     keep_alive: Option<KeepAlive>,
-    /// Whether each handler's run is a task of its own ([`Run`]): for a handler that works in
-    /// the unit's transaction, where the runtime has worker threads.
-    apart: bool,
+    /// Whether the runtime has worker threads: a handler that works in the unit's transaction
+    /// then runs on a task of its own ([`Run`]).
+    workers: bool,
     /// Cancelled at the drain deadline: the runs still waiting give their units back.
     abandon: &'a CancellationToken,
 }
@@ -92,7 +92,7 @@ where
         settler: &settler,
         messaging: &messaging,
         keep_alive: source.keep_alive(),
-        apart: H::IN_TRANSACTION && crate::runtime::has_workers(),
+        workers: crate::runtime::has_workers(),
         abandon: &abandon,
     };
     let lanes = order::lanes(order.as_ref(), env.keep_alive);
@@ -494,7 +494,7 @@ where
                 let make = || {
                     Run::new(
                         env.handler.call(&unit, env.state),
-                        H::IN_TRANSACTION && env.apart,
+                        H::IN_TRANSACTION && env.workers,
                     )
                 };
                 let mut call = pin!(place_for(&make));
