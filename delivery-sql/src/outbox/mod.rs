@@ -6,6 +6,6 @@ mod rows;
 mod store;
 mod write;
 
-pub(crate) use rows::headers_column;
 pub use store::SqlStore;
+pub(crate) use write::Row;
 pub use write::{InsertFuture, NewRecord, Outbox, OutboxDatabase};

@@ -94,28 +94,56 @@ impl Outbox {
         record: NewRecord,
     ) -> Result<RecordId, sqlx::Error> {
         let id = record.id.clone().unwrap_or_else(mint);
-        // The trace context of the span the record is written in travels with it (see
-        // `delivery_core::trace`).
-        let headers =
-            super::rows::headers_column(&delivery_core::trace::with_current(&record.headers));
-        // The table name was validated as an identifier when the outbox was built.
-        let sql = format!(
-            "INSERT INTO {} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5)",
-            self.table.qualified()
-        );
-        let args = DB::arguments(&[
-            Value::Text(id.as_str()),
-            Value::Text(&record.topic),
-            Value::OptText(record.key.as_deref()),
-            Value::Bytes(&record.payload),
-            Value::OptText(headers.as_deref()),
-        ])?;
-        DB::execute(Exec::Conn(&mut **tx), &sql, args).await?;
+        let row = Row {
+            id: id.as_str(),
+            topic: &record.topic,
+            key: record.key.as_deref(),
+            payload: &record.payload,
+            headers: &record.headers,
+        };
+        self.insert::<DB>(&mut **tx, row, "").await?;
         Ok(id)
     }
 }
 
 /// A record id minted at write time: time-ordered, unique without coordination.
+/// A row as [`Outbox::insert`] writes it.
+pub(crate) struct Row<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) topic: &'a str,
+    pub(crate) key: Option<&'a str>,
+    pub(crate) payload: &'a [u8],
+    pub(crate) headers: &'a Headers,
+}
+
+impl Outbox {
+    /// Inserts `row` into the table through `conn` (the caller's transaction), `then` after the
+    /// `VALUES` (a conflict clause, or nothing), with the trace context of the span it is written
+    /// in among its headers (see `delivery_core::trace`). Returns the rows written: the outbox's
+    /// write and a queue's publish, one statement.
+    pub(crate) async fn insert<DB: Sql>(
+        &self,
+        conn: &mut DB::Connection,
+        row: Row<'_>,
+        then: &str,
+    ) -> Result<u64, sqlx::Error> {
+        let headers = super::rows::headers_column(&delivery_core::trace::with_current(row.headers));
+        // The table name was validated as an identifier when the outbox was built.
+        let sql = format!(
+            "INSERT INTO {} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5){then}",
+            self.table.qualified()
+        );
+        let args = DB::arguments(&[
+            Value::Text(row.id),
+            Value::Text(row.topic),
+            Value::OptText(row.key),
+            Value::Bytes(row.payload),
+            Value::OptText(headers.as_deref()),
+        ])?;
+        DB::execute(Exec::Conn(conn), &sql, args).await
+    }
+}
+
 fn mint() -> RecordId {
     RecordId::new(uuid::Uuid::now_v7().to_string())
 }

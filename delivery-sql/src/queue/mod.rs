@@ -65,8 +65,8 @@ use delivery_core::headers::{KEY, STAMP};
 use delivery_core::unit::Unit;
 
 use crate::dialect::{Dialect, DialectOf};
-use crate::driver::{Exec, Sql, Value};
-use crate::outbox::{Outbox, SqlStore};
+use crate::driver::Sql;
+use crate::outbox::{Outbox, Row, SqlStore};
 
 use source::Settings;
 pub use source::{QueueHandle, QueueSource};
@@ -153,24 +153,22 @@ impl Queue {
     ) -> Result<bool, sqlx::Error> {
         // A producer's stamp travels as a header, and orders the unit in place of the row's
         // sequence.
-        let mut headers = delivery_core::trace::with_current(unit.headers());
+        let mut headers = unit.headers().clone();
         if let (Some(stamp), None) = (unit.stamp(), headers.get(STAMP)) {
             headers = headers.with(STAMP, stamp.0.to_string());
         }
-        let headers = crate::outbox::headers_column(&headers);
-        let sql = format!(
-            "INSERT INTO {} (id, topic, key, payload, headers) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (id) DO NOTHING",
-            self.outbox.table_name()
-        );
-        let args = DB::arguments(&[
-            Value::Text(unit.id().as_str()),
-            Value::Text(&self.name),
-            Value::OptText(unit.headers().get_str(KEY)),
-            Value::Bytes(unit.payload()),
-            Value::OptText(headers.as_deref()),
-        ])?;
-        Ok(DB::execute(Exec::Conn(&mut **tx), &sql, args).await? == 1)
+        let row = Row {
+            id: unit.id().as_str(),
+            topic: &self.name,
+            key: unit.headers().get_str(KEY),
+            payload: unit.payload(),
+            headers: &headers,
+        };
+        let written = self
+            .outbox
+            .insert::<DB>(&mut **tx, row, " ON CONFLICT (id) DO NOTHING")
+            .await?;
+        Ok(written == 1)
     }
 }
 
