@@ -15,7 +15,7 @@ use std::future::Future;
 
 use bytes::Bytes;
 
-use super::record::RecordId;
+use super::record::{RecordId, row_unit};
 use super::store::{Store, StoredRecord};
 use crate::dead_letter::{Cursor, DeadLetter, DeadLetters, Listing, RedriveReport, Selection};
 use crate::disposition::ReasonKind;
@@ -71,23 +71,15 @@ fn failed(what: &'static str) -> impl FnOnce(TransportError) -> TransportError {
 
 fn record(position: i64, stored: StoredRecord) -> DeadLetter {
     let count = DeliveryCount::new(stored.attempts.max(1));
-    // The headers it was written with, and its key as a unit carries it.
-    let headers = match &stored.key {
-        Some(key) => stored.headers.with(crate::headers::KEY, key.clone()),
-        None => stored.headers,
-    };
-    // Its stamp: its producer's where it gave one, else its place in the table, as when it was
-    // claimed (rule 4).
-    let stamp = match headers.get(crate::headers::STAMP) {
-        Some(value) => crate::headers::parse_stamp(value),
-        None => u64::try_from(position).ok().map(Stamp),
-    };
-    let mut unit = Unit::new(stored.id.as_str(), stored.payload)
-        .with_delivery_count(count)
-        .with_headers(headers);
-    if let Some(stamp) = stamp {
-        unit = unit.with_stamp(stamp);
-    }
+    let seq = u64::try_from(position).ok().map(Stamp);
+    let unit = row_unit(
+        stored.id.as_str(),
+        stored.payload,
+        stored.key.as_deref(),
+        stored.headers,
+        seq,
+        count,
+    );
     let mut letter = DeadLetter::new(unit, stored.topic, position.to_string());
     // `last_error` holds the reason as `kind: detail` (a `DeadLetterReason`).
     let error = stored.last_error.unwrap_or_default();

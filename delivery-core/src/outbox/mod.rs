@@ -49,7 +49,7 @@ mod sink;
 mod store;
 
 pub use record::{
-    Attempt, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay,
+    Attempt, FromRecord, IntoAttempt, OutboxRecord, Receipt, Record, RecordId, Relay, row_unit,
 };
 
 pub use dead_letters::DeadRecords;

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::HandlerError;
 use crate::extract::{Malformed, State, decode_json};
-use crate::unit::{Headers, Stamp};
+use crate::unit::{DeliveryCount, Headers, Stamp, Unit};
 
 /// A record's id: fixed when the record is written, in the same transaction as the effect, and
 /// used unchanged by every attempt to relay it — as the AMQP `message_id`, the HTTP
@@ -52,6 +52,38 @@ impl From<&str> for RecordId {
 impl From<String> for RecordId {
     fn from(id: String) -> Self {
         RecordId::new(id)
+    }
+}
+
+/// A row of an outbox table, or of a queue's (the same shape), as the unit it carries, on its
+/// `count`th delivery: its id and payload; its headers, with its key as
+/// [`KEY`](crate::headers::KEY); and its stamp — its producer's
+/// [`STAMP`](crate::headers::STAMP) header where it has one, else `seq`, the row's place in its
+/// table (rule 4). What a database queue delivers and what a dead record shows an operator, in
+/// one place.
+#[doc(hidden)]
+pub fn row_unit(
+    id: &str,
+    payload: Bytes,
+    key: Option<&str>,
+    headers: Headers,
+    seq: Option<Stamp>,
+    count: DeliveryCount,
+) -> Unit {
+    let stamp = match headers.get(crate::headers::STAMP) {
+        Some(value) => crate::headers::parse_stamp(value),
+        None => seq,
+    };
+    let headers = match key {
+        Some(key) => headers.with(crate::headers::KEY, key.to_owned()),
+        None => headers,
+    };
+    let unit = Unit::new(id, payload)
+        .with_delivery_count(count)
+        .with_headers(headers);
+    match stamp {
+        Some(stamp) => unit.with_stamp(stamp),
+        None => unit,
     }
 }
 

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 
 use delivery_core::disposition::DeadLetterReason;
-use delivery_core::outbox::{Claim, Mark, Record, RecordId, Store, Wakeups};
+use delivery_core::outbox::{Claim, Mark, Record, RecordId, Store, Wakeups, row_unit};
 use delivery_core::transport::{KeepAlive, Settle, Source, TransportError};
 use delivery_core::unit::{DeliveryCount, Unit};
 
@@ -37,12 +37,12 @@ pub(super) struct Settings {
 pub struct QueueSource<D: Dialect> {
     shared: Arc<Shared<D>>,
     name: Arc<str>,
-    settings: Settings,
     claimed: VecDeque<Record>,
     /// The claim in progress, kept across a cancelled `receive`: the rows it leases are this
     /// source's.
     claiming: Option<BoxFuture<'static, Result<Vec<Record>, TransportError>>>,
-    wakeups: Option<Option<Wakeups>>,
+    /// Notifications of commits, where the database sends them and a listener is connected.
+    wakeups: Option<Wakeups>,
 }
 
 /// What every unit's handle shares with its source.
@@ -50,7 +50,7 @@ struct Shared<D: Dialect> {
     store: SqlStore<D>,
     /// This source's name on its leases: unique per run.
     owner: String,
-    visibility: Duration,
+    settings: Settings,
 }
 
 impl<D: Dialect> QueueSource<D> {
@@ -60,10 +60,9 @@ impl<D: Dialect> QueueSource<D> {
             shared: Arc::new(Shared {
                 store,
                 owner,
-                visibility: settings.visibility,
+                settings,
             }),
             name,
-            settings,
             claimed: VecDeque::new(),
             claiming: None,
             wakeups: None,
@@ -77,14 +76,13 @@ impl<D: Dialect> QueueSource<D> {
 
     fn claim(&self) -> BoxFuture<'static, Result<Vec<Record>, TransportError>> {
         let shared = self.shared.clone();
-        let limit = self.settings.batch;
         Box::pin(async move {
             shared
                 .store
                 .claim(Claim {
                     owner: &shared.owner,
-                    limit,
-                    lease: shared.visibility,
+                    limit: shared.settings.batch,
+                    lease: shared.settings.visibility,
                     ordered: false,
                 })
                 .await
@@ -95,15 +93,15 @@ impl<D: Dialect> QueueSource<D> {
     /// notifies, a listener that could not connect or ended is tried again at the next wait, so
     /// wake-ups resume after an outage.
     async fn idle(&mut self) {
-        if self.wakeups.is_none() || (D::NOTIFIES && matches!(self.wakeups, Some(None))) {
-            self.wakeups = Some(self.shared.store.wakeups().await);
+        if D::NOTIFIES && self.wakeups.is_none() {
+            self.wakeups = self.shared.store.wakeups().await;
         }
-        let poll = tokio::time::sleep(self.settings.poll);
-        match self.wakeups.as_mut().and_then(Option::as_mut) {
+        let poll = tokio::time::sleep(self.shared.settings.poll);
+        match &mut self.wakeups {
             Some(wakeups) => {
                 tokio::select! {
                     woken = wakeups.next() => if woken.is_none() {
-                        self.wakeups = Some(None);
+                        self.wakeups = None;
                     },
                     () = poll => {}
                 }
@@ -114,22 +112,16 @@ impl<D: Dialect> QueueSource<D> {
 
     fn deliver(&self, record: Record) -> (Unit, QueueHandle<D>) {
         let slot = Arc::new(Slot::default());
-        let mut headers = record.headers().clone();
-        if let Some(key) = record.key() {
-            headers = headers.with(delivery_core::headers::KEY, key.to_owned());
-        }
-        let mut unit = Unit::new(record.id().as_str(), record.payload().clone())
-            .with_delivery_count(DeliveryCount::new(record.attempts().saturating_add(1)))
-            .with_headers(headers)
-            .with_attached(slot.clone());
-        // The producer's stamp where it gave one, else the row's sequence (rule 4).
-        let stamp = match record.headers().get(delivery_core::headers::STAMP) {
-            Some(value) => delivery_core::headers::parse_stamp(value),
-            None => record.stamp(),
-        };
-        if let Some(stamp) = stamp {
-            unit = unit.with_stamp(stamp);
-        }
+        let count = DeliveryCount::new(record.attempts().saturating_add(1));
+        let unit = row_unit(
+            record.id().as_str(),
+            record.payload().clone(),
+            record.key(),
+            record.headers().clone(),
+            record.stamp(),
+            count,
+        )
+        .with_attached(slot.clone());
         let handle = QueueHandle {
             shared: self.shared.clone(),
             id: record.id().clone(),
@@ -162,7 +154,7 @@ impl<D: Dialect> Source for QueueSource<D> {
     }
 
     fn max_deliveries(&self) -> Option<std::num::NonZeroU32> {
-        self.settings.max_deliveries
+        self.shared.settings.max_deliveries
     }
 
     fn name(&self) -> &str {
@@ -174,9 +166,10 @@ impl<D: Dialect> Source for QueueSource<D> {
     }
 
     fn keep_alive(&self) -> Option<KeepAlive> {
+        let settings = &self.shared.settings;
         Some(KeepAlive::within(
-            self.settings.visibility,
-            self.settings.keep_alive_at_most,
+            settings.visibility,
+            settings.keep_alive_at_most,
         ))
     }
 
@@ -267,7 +260,7 @@ impl<D: Dialect> Settle for QueueHandle<D> {
         let sql = &self.shared.store.statements().extend;
         let args = D::Database::arguments(&[
             Value::Text(self.id.as_str()),
-            D::millis(self.shared.visibility),
+            D::millis(self.shared.settings.visibility),
             Value::Text(&self.shared.owner),
         ])
         .map_err(failed("extending a claim"))?;
