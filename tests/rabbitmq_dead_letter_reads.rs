@@ -243,13 +243,32 @@ async fn the_consumer_records_when_it_dead_lettered_a_unit_and_lists_oldest_firs
     let connection = rabbitmq::fresh(&url, &topology).await;
     let publisher = ConfirmedPublisher::new(url.as_str());
     let dead = RabbitDeadLetters::new(url.as_str(), &topology);
+    let source = RabbitSource::connect(url.as_str(), topology.clone())
+        .await
+        .unwrap();
+    let watched = dead.clone();
+    let consumer = tokio::spawn(
+        Consumer::new(source)
+            .concurrency(1)
+            .shutdown_on(async move {
+                while watched.count().await.unwrap() < 3 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .run(dead_letters::strict),
+    );
     let before = SystemTime::now();
-    // Published z, y, x: dead-lettered in that order, so listed in that order (not by id).
-    for (id, body) in [
+    // Published z, y, x, each once the one before is dead: dead-lettered in that order, each in a
+    // millisecond of its own, so listed in that order (not by id, the tie-break within one
+    // millisecond).
+    for (n, (id, body)) in [
         ("z", "not json"),
         ("y", r#"{"amount_cents": -1}"#),
         ("x", "[]"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let unit = Unit::new(id, body);
         publisher
             .publish(
@@ -259,20 +278,12 @@ async fn the_consumer_records_when_it_dead_lettered_a_unit_and_lists_oldest_firs
             )
             .await
             .unwrap();
+        while dead.count().await.unwrap() <= n as u64 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let source = RabbitSource::connect(url.as_str(), topology.clone())
-        .await
-        .unwrap();
-    let watched = dead.clone();
-    Consumer::new(source)
-        .concurrency(1)
-        .shutdown_on(async move {
-            while watched.count().await.unwrap() < 3 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-        .run(dead_letters::strict)
-        .await;
+    consumer.await.unwrap();
     let after = SystemTime::now();
 
     let records = dead.list(10, None).await.unwrap().records;
