@@ -1,11 +1,11 @@
-//! The orders contract the queue and log consumer examples share: one PostgreSQL transaction per
-//! unit, keyed by the order's own id, so a redelivery changes nothing (rule 3); and each
-//! customer's latest order, guarded by the unit's stamp, so an older order arriving late never
-//! replaces a newer one (rule 4). And a side effect with no natural key — a confirmation counted
-//! per customer — guarded by the inbox, in the same transaction, so a redelivery of the unit
-//! counts nothing (rule 3). `examples/sql_consumer.rs` applies the same effect ([`apply`],
-//! [`confirm`]) in the unit's own transaction, where the acknowledgement commits with it and no
-//! inbox is needed.
+//! The orders contract the queue and log consumer examples share: one transaction per unit,
+//! keyed by the order's own id, so a redelivery changes nothing (rule 3); and each customer's
+//! latest order, guarded by the unit's stamp, so an older order arriving late never replaces a
+//! newer one (rule 4). And a side effect with no natural key — a confirmation counted per
+//! customer — guarded by the inbox, in the same transaction, so a redelivery of the unit counts
+//! nothing (rule 3). `examples/sql_consumer.rs` applies the same effect ([`apply`], [`confirm`])
+//! in the unit's own transaction, where the acknowledgement commits with it and no inbox is
+//! needed, in PostgreSQL or SQLite: the statements are the same in both ([`Contract`]).
 #![allow(dead_code)] // each example uses part of it
 
 use std::time::Duration;
@@ -14,7 +14,56 @@ use delivery::inbox::Inbox;
 use delivery::store::postgres;
 use delivery::{HandlerError, Json, Stamp, State, UnitId, consumer};
 use serde::Deserialize;
-use sqlx::{PgConnection, PgPool};
+use sqlx::encode::Encode;
+use sqlx::{Database, Executor, IntoArguments, PgPool, Pool, Postgres, Type};
+
+/// A database the orders contract runs in, PostgreSQL or SQLite: its statements are the same in
+/// both (`$N` parameters, `INSERT … ON CONFLICT … DO UPDATE … EXCLUDED`, `RETURNING`); only the
+/// stamp guard is each database's own function.
+pub trait Contract: Database {
+    /// Creates the stamp guard's table if it is missing (`delivery::store::<database>::migrate`).
+    fn migrate_guard(conn: &mut Self::Connection) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// Moves `key`'s stamp in `scope` forward if `stamp` is newer, in the caller's transaction
+    /// (`delivery::store::<database>::advance`): whether it moved.
+    fn advance(
+        conn: &mut Self::Connection,
+        scope: &str,
+        key: &str,
+        stamp: Stamp,
+    ) -> impl Future<Output = sqlx::Result<bool>> + Send;
+}
+
+impl Contract for Postgres {
+    async fn migrate_guard(conn: &mut Self::Connection) -> sqlx::Result<()> {
+        postgres::migrate(conn).await
+    }
+
+    async fn advance(
+        conn: &mut Self::Connection,
+        scope: &str,
+        key: &str,
+        stamp: Stamp,
+    ) -> sqlx::Result<bool> {
+        postgres::advance(conn, scope, key, stamp).await
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl Contract for sqlx::Sqlite {
+    async fn migrate_guard(conn: &mut Self::Connection) -> sqlx::Result<()> {
+        delivery::store::sqlite::migrate(conn).await
+    }
+
+    async fn advance(
+        conn: &mut Self::Connection,
+        scope: &str,
+        key: &str,
+        stamp: Stamp,
+    ) -> sqlx::Result<bool> {
+        delivery::store::sqlite::advance(conn, scope, key, stamp).await
+    }
+}
 
 /// Creates the `orders`, `balances`, `latest_orders` and `confirmations` tables, the stamp
 /// guard's and the inbox's, if they are missing.
@@ -25,7 +74,10 @@ pub async fn create_tables(db: &PgPool) -> sqlx::Result<()> {
 
 /// Creates the `orders`, `balances`, `latest_orders` and `confirmations` tables and the stamp
 /// guard's, if they are missing.
-pub async fn create_contract_tables(db: &PgPool) -> sqlx::Result<()> {
+pub async fn create_contract_tables<DB: Contract>(db: &Pool<DB>) -> sqlx::Result<()>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS orders (order_id text PRIMARY KEY, customer_id text, amount_cents bigint);
          CREATE TABLE IF NOT EXISTS balances (customer_id text PRIMARY KEY, total_cents bigint);
@@ -35,7 +87,7 @@ pub async fn create_contract_tables(db: &PgPool) -> sqlx::Result<()> {
     .execute(db)
     .await?;
     let mut connection = db.acquire().await?;
-    postgres::migrate(&mut connection).await
+    DB::migrate_guard(&mut connection).await
 }
 
 /// The inbox of the units whose confirmation was counted (in the table `delivery_inbox`).
@@ -72,12 +124,12 @@ pub async fn apply_order(
 ) -> Result<(), HandlerError> {
     refuse_negative(&order)?;
     let mut tx = app.db.begin().await?;
-    apply(&mut tx, &order, stamp).await?;
+    apply::<Postgres>(&mut tx, &order, stamp).await?;
     // A confirmation counted for the customer: `sent + 1` has no key a redelivery could collide
     // with, so the inbox records the unit in this transaction and the count moves only the first
     // time. (Two publishes of one order under two message ids are two units: each is counted.)
     if confirmations().first_time(&mut tx, &id).await? {
-        confirm(&mut tx, &order).await?;
+        confirm::<Postgres>(&mut tx, &order).await?;
     }
     tx.commit().await?;
     if !app.effect_delay.is_zero() {
@@ -101,40 +153,46 @@ pub fn refuse_negative(order: &OrderPlaced) -> Result<(), HandlerError> {
 /// there) and, only if inserted, its amount added to the customer's balance, so a redelivery
 /// changes nothing; the customer's latest order replaced only by a unit with a newer stamp
 /// (rule 4).
-pub async fn apply(
-    tx: &mut PgConnection,
+pub async fn apply<DB: Contract>(
+    tx: &mut DB::Connection,
     order: &OrderPlaced,
     stamp: Stamp,
-) -> Result<(), sqlx::Error> {
+) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+    for<'t> i64: Encode<'t, DB> + Type<DB>,
+{
     let inserted = sqlx::query(
         "INSERT INTO orders (order_id, customer_id, amount_cents) VALUES ($1, $2, $3) \
-         ON CONFLICT (order_id) DO NOTHING",
+         ON CONFLICT (order_id) DO NOTHING RETURNING 1",
     )
-    .bind(&order.order_id)
-    .bind(&order.customer_id)
+    .bind(order.order_id.as_str())
+    .bind(order.customer_id.as_str())
     .bind(order.amount_cents)
-    .execute(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?
-    .rows_affected();
-    if inserted == 0 {
+    .is_some();
+    if !inserted {
         return Ok(());
     }
     sqlx::query(
         "INSERT INTO balances (customer_id, total_cents) VALUES ($1, $2) \
          ON CONFLICT (customer_id) DO UPDATE SET total_cents = balances.total_cents + EXCLUDED.total_cents",
     )
-    .bind(&order.customer_id)
+    .bind(order.customer_id.as_str())
     .bind(order.amount_cents)
     .execute(&mut *tx)
     .await?;
-    if postgres::advance(tx, "latest_orders", &order.customer_id, stamp).await? {
+    if DB::advance(tx, "latest_orders", &order.customer_id, stamp).await? {
         sqlx::query(
             "INSERT INTO latest_orders (customer_id, order_id, amount_cents) VALUES ($1, $2, $3) \
              ON CONFLICT (customer_id) DO UPDATE \
              SET order_id = EXCLUDED.order_id, amount_cents = EXCLUDED.amount_cents",
         )
-        .bind(&order.customer_id)
-        .bind(&order.order_id)
+        .bind(order.customer_id.as_str())
+        .bind(order.order_id.as_str())
         .bind(order.amount_cents)
         .execute(&mut *tx)
         .await?;
@@ -144,12 +202,20 @@ pub async fn apply(
 
 /// One confirmation counted for the order's customer. It has no natural key, so it must run once
 /// per unit: guarded by the inbox, or committed with the unit's acknowledgement.
-pub async fn confirm(tx: &mut PgConnection, order: &OrderPlaced) -> Result<(), sqlx::Error> {
+pub async fn confirm<DB: Contract>(
+    tx: &mut DB::Connection,
+    order: &OrderPlaced,
+) -> Result<(), sqlx::Error>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'t> &'t str: Encode<'t, DB> + Type<DB>,
+{
     sqlx::query(
         "INSERT INTO confirmations (customer_id, sent) VALUES ($1, 1) \
          ON CONFLICT (customer_id) DO UPDATE SET sent = confirmations.sent + 1",
     )
-    .bind(&order.customer_id)
+    .bind(order.customer_id.as_str())
     .execute(tx)
     .await?;
     Ok(())
