@@ -31,7 +31,7 @@ pub struct Env {
 
 impl Orders for Env {
     fn tables(&self) -> OrdersDb<'_> {
-        OrdersDb {
+        OrdersDb::Postgres {
             db: &self.db,
             schema: &self.schema,
         }

@@ -7,6 +7,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Executor, IntoArguments, Pool, Postgres, Row,
+    Sqlite, Type,
+};
+
 pub fn amqp_url() -> String {
     std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
 }
@@ -167,26 +172,27 @@ pub trait Orders {
 }
 
 /// The effect tables of the examples' orders contract (`examples/support/orders.rs`), in a test's
-/// own schema.
-pub struct OrdersDb<'a> {
-    pub db: &'a sqlx::PgPool,
-    pub schema: &'a str,
+/// own schema of a PostgreSQL database or in a SQLite file.
+pub enum OrdersDb<'a> {
+    /// In the schema `schema`.
+    Postgres {
+        db: &'a sqlx::PgPool,
+        schema: &'a str,
+    },
+    /// In a SQLite file (its schema `main`).
+    Sqlite(&'a sqlx::SqlitePool),
 }
 
 impl OrdersDb<'_> {
     /// The first column of the first row of `sql` (`$schema` replaced by the schema), `-1` while
     /// the example has not created its tables.
     pub async fn scalar(&self, sql: &str) -> i64 {
-        use sqlx::Row;
-        let sql = sql.replace("$schema", self.schema);
-        match sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_one(self.db)
-            .await
-        {
-            Ok(row) => row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0),
-            // The example has not created its tables yet.
-            Err(_) => -1,
-        }
+        let found = match *self {
+            OrdersDb::Postgres { db, schema } => first(db, sql.replace("$schema", schema)).await,
+            OrdersDb::Sqlite(db) => first(db, sql.replace("$schema", "main")).await,
+        };
+        // `None`: the example has not created its tables yet.
+        found.unwrap_or(-1)
     }
 
     /// Each customer's balance.
@@ -206,16 +212,44 @@ impl OrdersDb<'_> {
 
     async fn pairs<V>(&self, columns: &str, table: &str) -> BTreeMap<String, V>
     where
-        V: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+        V: for<'r> Decode<'r, Postgres> + Type<Postgres>,
+        V: for<'r> Decode<'r, Sqlite> + Type<Sqlite>,
     {
-        use sqlx::Row;
-        let sql = format!("SELECT {columns} FROM {}.{table}", self.schema);
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(self.db)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|row| (row.get::<String, _>(0), row.get::<V, _>(1)))
-            .collect()
+        match *self {
+            OrdersDb::Postgres { db, schema } => {
+                pairs(db, format!("SELECT {columns} FROM {schema}.{table}")).await
+            }
+            OrdersDb::Sqlite(db) => pairs(db, format!("SELECT {columns} FROM {table}")).await,
+        }
     }
+}
+
+/// The first column of the first row of `sql` (0 for `NULL`), `None` when the query fails.
+async fn first<DB: Database>(db: &Pool<DB>, sql: String) -> Option<i64>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    usize: ColumnIndex<DB::Row>,
+    Option<i64>: for<'r> Decode<'r, DB> + Type<DB>,
+{
+    let row = sqlx::query(AssertSqlSafe(sql)).fetch_one(db).await.ok()?;
+    Some(row.try_get::<Option<i64>, _>(0).unwrap().unwrap_or(0))
+}
+
+/// The rows of `sql` as `(first column, second column)`.
+async fn pairs<DB: Database, V>(db: &Pool<DB>, sql: String) -> BTreeMap<String, V>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    usize: ColumnIndex<DB::Row>,
+    String: for<'r> Decode<'r, DB> + Type<DB>,
+    V: for<'r> Decode<'r, DB> + Type<DB>,
+{
+    sqlx::query(AssertSqlSafe(sql))
+        .fetch_all(db)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row| (row.get::<String, _>(0), row.get::<V, _>(1)))
+        .collect()
 }

@@ -29,7 +29,7 @@ pub struct Env {
 
 impl Orders for Env {
     fn tables(&self) -> OrdersDb<'_> {
-        OrdersDb {
+        OrdersDb::Postgres {
             db: &self.db,
             schema: &self.schema,
         }
