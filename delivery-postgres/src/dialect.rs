@@ -35,6 +35,7 @@ impl Dialect for Postgres {
     const NOTIFIES: bool = true;
 
     const BEGIN: &'static str = "BEGIN";
+    const ONE_WRITER: bool = false;
 
     fn lock<'c>(
         conn: &'c mut PgConnection,

@@ -35,6 +35,10 @@ pub trait Dialect: Send + Sync + 'static {
     /// which takes the write lock at once).
     const BEGIN: &'static str;
 
+    /// Whether a transaction begun with [`BEGIN`](Self::BEGIN) holds the database's one write lock
+    /// until it ends (SQLite): no other connection writes meanwhile, a claim included.
+    const ONE_WRITER: bool;
+
     /// Serializes migrations of `name` (a table) in the transaction on `conn` with other
     /// processes', if the database needs more than [`BEGIN`](Self::BEGIN) for that.
     fn lock<'c>(

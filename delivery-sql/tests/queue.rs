@@ -292,6 +292,50 @@ macro_rules! queue_tests {
                 drop_table(&pool, queue.queue()).await;
             }
 
+            /// A handler in the unit's transaction running long is kept alive while that
+            /// transaction is open, and the keep-alive never waits on it. (In SQLite the
+            /// transaction holds the database's one write lock: an extension on another
+            /// connection would wait out the busy timeout and fail, stalling the queue behind it,
+            /// while no other consumer can claim the unit meanwhile anyway.)
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_unit_in_its_transaction_is_kept_alive_without_waiting_on_it() {
+                use delivery::transport::{Settle, Source};
+                let pool = $pool().await;
+                let queue = Queue::new(&fresh("kept"));
+                drop_table(&pool, &queue).await;
+                let queue = queue.$open(pool.clone());
+                queue.migrate().await.unwrap();
+                let mut tx = pool.begin().await.unwrap();
+                queue
+                    .publish(&mut tx, &Unit::new("k-1", "{}"))
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+
+                let mut source = queue.source();
+                let (unit, mut handle) = source.receive().await.unwrap().expect("the unit");
+                // The unit's transaction open, as while its handler runs.
+                handle.begin(&unit).await.unwrap();
+                let kept =
+                    tokio::time::timeout(Duration::from_secs(60), handle.still_handling(&unit))
+                        .await
+                        .expect("the keep-alive returned");
+                assert!(
+                    kept.is_ok(),
+                    "kept alive while its transaction is open: {kept:?}"
+                );
+                handle.ack(&unit).await.unwrap();
+                let delivered: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT count(*) FROM {} WHERE status = 'delivered'",
+                    queue.queue().table_name()
+                )))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                assert_eq!(delivered, 1);
+                drop_table(&pool, queue.queue()).await;
+            }
+
             /// A run whose claim expired (no keep-alive) while another consumer took the unit and
             /// committed: the first run's acknowledgement finds the unit settled and its effect is rolled
             /// back. The effect stands once.

@@ -43,6 +43,7 @@ impl Dialect for Sqlite {
     const NOTIFIES: bool = false;
 
     const BEGIN: &'static str = "BEGIN IMMEDIATE";
+    const ONE_WRITER: bool = true;
 
     fn lock<'c>(_: &'c mut SqliteConnection, _: &'c str) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         Box::pin(future::ready(Ok(())))

@@ -126,6 +126,7 @@ impl<D: Dialect> QueueSource<D> {
             shared: self.shared.clone(),
             id: record.id().clone(),
             slot,
+            began: false,
         };
         (unit, handle)
     }
@@ -198,6 +199,8 @@ pub struct QueueHandle<D: Dialect> {
     shared: Arc<Shared<D>>,
     id: RecordId,
     slot: Arc<Slot<D::Database>>,
+    /// The unit's transaction was begun (its handler takes it) and is open until the settle.
+    began: bool,
 }
 
 impl<D: Dialect> QueueHandle<D> {
@@ -256,7 +259,13 @@ impl<D: Dialect> Settle for QueueHandle<D> {
             .map_err(failed("committing the unit's transaction"))
     }
 
+    /// Extends the claim, on a connection of its own. Where the unit's open transaction holds
+    /// the database's one write lock ([`Dialect::ONE_WRITER`]), nothing: no other consumer can
+    /// claim the unit before that transaction ends, and an extension would only wait for it.
     async fn still_handling(&mut self, _: &Unit) -> Result<(), TransportError> {
+        if D::ONE_WRITER && self.began {
+            return Ok(());
+        }
         let sql = &self.shared.store.statements().extend;
         let args = D::Database::arguments(&[
             Value::Text(self.id.as_str()),
@@ -315,6 +324,7 @@ impl<D: Dialect> Settle for QueueHandle<D> {
             .await
             .map_err(failed("beginning the unit's transaction"))?;
         self.slot.put(tx);
+        self.began = true;
         Ok(())
     }
 }
