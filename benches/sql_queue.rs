@@ -1284,16 +1284,16 @@ async fn bench() {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "| {:<62} | {:>12} | {:>12} | {:>7} | {:<11} |",
+        "| {:<68} | {:>12} | {:>12} | {:>7} | {:<11} |",
         "measure", "delivery", "hand-written", "ratio", "target"
     );
     println!(
-        "|{:-<64}|{:-<14}|{:-<14}|{:-<9}|{:-<13}|",
+        "|{:-<70}|{:-<14}|{:-<14}|{:-<9}|{:-<13}|",
         "", "", "", "", ""
     );
     let row = |what: &str, ours: String, hand: String, ratio: Option<f64>, target: &str| {
         let ratio = ratio.map_or(String::new(), |r| format!("{r:.3}"));
-        println!("| {what:<62} | {ours:>12} | {hand:>12} | {ratio:>7} | {target:<11} |");
+        println!("| {what:<68} | {ours:>12} | {hand:>12} | {ratio:>7} | {target:<11} |");
     };
     if let Some(d) = drained {
         row(

@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use delivery::kafka::client::message::OwnedHeaders;
@@ -15,7 +15,7 @@ use delivery::kafka::{KafkaDeadLetters, KafkaTopology};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::kafka_support::{declare_at, producer_at, record, unique_name};
-use crate::process::{Orders, OrdersDb, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, Running, database_url, example_binary};
 
 pub const PARTITIONS: i32 = 3;
 
@@ -81,7 +81,7 @@ impl Env {
         }
     }
 
-    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Child {
+    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Running {
         let base = database_url();
         let sep = if base.contains('?') { '&' } else { '?' };
         Command::new(&self.binary)
@@ -101,6 +101,7 @@ impl Env {
             .stdout(self.log_file())
             .stderr(Stdio::null())
             .spawn()
+            .map(Running)
             .expect("starting the example")
     }
 

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
@@ -13,7 +13,7 @@ use delivery::nats::{NatsDeadLetters, NatsTopology};
 // Schema names below are this test's own (`nats_<name>_<pid>`), never input.
 use sqlx::{AssertSqlSafe, PgPool};
 
-use crate::process::{Orders, OrdersDb, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, Running, database_url, example_binary};
 
 pub fn nats_url() -> String {
     std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
@@ -80,7 +80,7 @@ impl Env {
         }
     }
 
-    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Child {
+    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Running {
         let base = database_url();
         let sep = if base.contains('?') { '&' } else { '?' };
         Command::new(&self.binary)
@@ -100,6 +100,7 @@ impl Env {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map(Running)
             .expect("starting the example")
     }
 

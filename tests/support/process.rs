@@ -101,6 +101,32 @@ pub async fn wait_for(what: &str, patience: Duration, mut check: impl AsyncFnMut
     }
 }
 
+/// An example running as a child process, killed (SIGKILL) if the test ends before it stopped,
+/// so that a failing test leaves no consumer running behind it. Derefs to the [`Child`].
+pub struct Running(pub Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM and waits (at most 20 s) for the child to exit.
 pub fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let status = Command::new("kill")

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use delivery::dead_letter::DeadLetter;
 use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
@@ -12,7 +12,7 @@ use delivery::rabbitmq::{ConfirmedPublisher, RabbitDeadLetters, RabbitTopology};
 use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::dead_letters;
-use crate::process::{Orders, OrdersDb, amqp_url, database_url, example_binary};
+use crate::process::{Orders, OrdersDb, Running, amqp_url, database_url, example_binary};
 use crate::rabbitmq;
 
 pub struct Env {
@@ -77,18 +77,18 @@ impl Env {
         format!("{base}{sep}options=-c%20search_path%3D{}", self.schema)
     }
 
-    pub fn start(&self, concurrency: usize) -> Child {
+    pub fn start(&self, concurrency: usize) -> Running {
         self.start_with(concurrency, Stdio::null())
     }
 
     /// Starts the example with its log (warnings and errors: one line per returned or
     /// dead-lettered unit) written to `log`.
-    pub fn start_with(&self, concurrency: usize, log: impl Into<Stdio>) -> Child {
+    pub fn start_with(&self, concurrency: usize, log: impl Into<Stdio>) -> Running {
         self.start_acking(concurrency, "coalesced", log)
     }
 
     /// Starts the example acknowledging in `acks` mode (`coalesced` or `per-unit`).
-    pub fn start_acking(&self, concurrency: usize, acks: &str, log: impl Into<Stdio>) -> Child {
+    pub fn start_acking(&self, concurrency: usize, acks: &str, log: impl Into<Stdio>) -> Running {
         Command::new(&self.binary)
             .env("ACKS", acks)
             .env("AMQP_URL", amqp_url())
@@ -101,6 +101,7 @@ impl Env {
             .stdout(log)
             .stderr(Stdio::null())
             .spawn()
+            .map(Running)
             .expect("starting the example")
     }
 

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use delivery::dead_letter::DeadLetter;
 use delivery::redis::{RedisDeadLetters, RedisTopology};
@@ -12,7 +12,7 @@ use redis::Value;
 use redis::aio::ConnectionManager;
 
 use crate::dead_letters;
-use crate::process::example_binary;
+use crate::process::{Running, example_binary};
 
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
@@ -60,7 +60,7 @@ impl Env {
             .unwrap();
     }
 
-    pub fn start(&self, concurrency: usize, consumer: &str, effect_delay_ms: u64) -> Child {
+    pub fn start(&self, concurrency: usize, consumer: &str, effect_delay_ms: u64) -> Running {
         Command::new(&self.binary)
             .env("REDIS_URL", redis_url())
             .env("STREAM", &self.stream)
@@ -75,6 +75,7 @@ impl Env {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
+            .map(Running)
             .expect("starting the example")
     }
 

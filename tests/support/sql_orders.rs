@@ -6,7 +6,7 @@
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use delivery::Unit;
@@ -20,7 +20,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{AssertSqlSafe, Connection, PgPool, QueryBuilder, SqliteConnection, SqlitePool};
 
 use crate::dead_letters;
-use crate::process::{Orders, OrdersDb, database_url, example_binary, in_schema};
+use crate::process::{Orders, OrdersDb, Running, database_url, example_binary, in_schema};
 
 pub struct Env {
     /// The queue's name: the units' `topic`, the dead letters' source.
@@ -160,7 +160,7 @@ impl Env {
 
     /// Starts the example: `concurrency` handlers, each pausing `effect_delay_ms` between its
     /// effect and the commit of its unit's transaction (which holds the acknowledgement).
-    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Child {
+    pub fn start(&self, concurrency: usize, effect_delay_ms: u64) -> Running {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -183,6 +183,7 @@ impl Env {
             .stdout(log)
             .stderr(Stdio::null())
             .spawn()
+            .map(Running)
             .expect("starting the example")
     }
 
