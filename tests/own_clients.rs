@@ -237,10 +237,15 @@ async fn rabbitmq_on_your_own_connection_and_factory() {
         .await
         .unwrap();
     publisher.close().await;
-    // (lapin refuses to close while a channel is still closing: tried until it is closed.)
+    // (lapin refuses to close while a channel is still closing: tried until it is closed. A
+    // close can also wait forever for the broker's answer, as the library's own closes bound it:
+    // each attempt is bounded too.)
     for _ in 0..50 {
-        if connection.close(200, "test over".into()).await.is_ok()
-            || !connection.status().connected()
+        let closing = connection.close(200, "test over".into());
+        if matches!(
+            tokio::time::timeout(Duration::from_secs(1), closing).await,
+            Ok(Ok(()))
+        ) || !connection.status().connected()
         {
             break;
         }
