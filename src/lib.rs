@@ -102,17 +102,17 @@
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The names a handler is written with (at most 15 besides modules; everything else lives in its
+// The names a handler is written with (at most 15 besides modules and macros; everything else lives in its
 // module, under one path).
 pub use delivery_core::extract::{Json, State};
 pub use delivery_core::outbox::Receipt;
 pub use delivery_core::unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
-pub use delivery_core::{Consumer, HandlerError, Stopwatch};
+pub use delivery_core::{Batch, BatchOutcome, Consumer, HandlerError, Stopwatch};
 
 // The modules, as delivery-core has them.
 pub use delivery_core::{
-    consumer, dead_letter, disposition, error, extract, handler, headers, marker, memory, observe,
-    offset, testing, trace, transport, unit,
+    batch, consumer, dead_letter, disposition, error, extract, handler, headers, marker, memory,
+    observe, offset, testing, trace, transport, unit,
 };
 
 /// Names the macros' expansions use. Not public API: no semver guarantees.

@@ -36,6 +36,7 @@
 // docs.rs (`--cfg docsrs`, nightly): each item behind a feature shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod batch;
 pub mod consumer;
 pub mod dead_letter;
 pub mod disposition;
@@ -60,6 +61,7 @@ mod transport_error;
 pub mod unit;
 pub mod webhook;
 
+pub use batch::{Batch, BatchHandler, BatchOutcome};
 pub use consumer::{Consumer, Report};
 pub use dead_letter::{DeadLetter, DeadLetters, RedriveReport};
 pub use disposition::{
@@ -79,6 +81,7 @@ pub use unit::{DeliveryCount, Headers, Stamp, Unit, UnitId};
 /// Names the macros' expansions use. Not public API: no semver guarantees.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::batch::{Batch, BatchHandler, BatchOutcome, IntoBatchOutcome};
     pub use crate::disposition::Outcome;
     pub use crate::extract::{FromUnit, Malformed};
     pub use crate::handler::{Handler, IntoOutcome};
@@ -114,9 +117,19 @@ pub mod __private {
         Outcome::Malformed(error.to_string())
     }
 
+    /// Turns a batch's state that could not be resolved into its outcome (a state never fails
+    /// to resolve; a batch handler takes nothing else).
+    #[cold]
+    pub fn batch_malformed(error: Malformed) -> BatchOutcome {
+        BatchOutcome::failed(crate::HandlerError::retry(format!(
+            "the batch's parameters could not be resolved: {error}"
+        )))
+    }
+
     pub use returned::{
-        AttemptViaBoxError, AttemptViaHandlerError, AttemptViaNothing, CarriesFailure,
-        ProvesReceipt, Returned, ViaBoxError, ViaHandlerError, ViaNothing,
+        AttemptViaBoxError, AttemptViaHandlerError, AttemptViaNothing, BatchViaBoxError,
+        BatchViaHandlerError, BatchViaNothing, CarriesFailure, ProvesReceipt, Returned,
+        ViaBoxError, ViaHandlerError, ViaNothing,
     };
 
     /// The handler's return value as an outcome, by the first route that applies (autoref
@@ -129,6 +142,7 @@ pub mod __private {
     mod returned {
         use std::cell::Cell;
 
+        use crate::batch::{BatchOutcome, IntoBatchOutcome};
         use crate::disposition::Outcome;
         use crate::error::{BoxError, HandlerError};
         use crate::handler::IntoOutcome;
@@ -185,6 +199,48 @@ pub mod __private {
         }
         impl<R> ViaNothing<R> for Returned<R> {
             fn outcome(&self) -> Outcome
+            where
+                R: CarriesFailure,
+            {
+                unreachable!("no type implements CarriesFailure")
+            }
+        }
+
+        // The same routes for a batch handler, whose success is `()` or a `BatchOutcome`, or
+        // which returns a `BatchOutcome`: `(&&Returned::new(value)).batch_outcome()`.
+
+        pub trait BatchViaHandlerError {
+            fn batch_outcome(&self) -> BatchOutcome;
+        }
+        impl<R: IntoBatchOutcome> BatchViaHandlerError for &Returned<R> {
+            #[inline]
+            fn batch_outcome(&self) -> BatchOutcome {
+                self.take().into_batch_outcome()
+            }
+        }
+
+        pub trait BatchViaBoxError {
+            fn batch_outcome(&self) -> BatchOutcome;
+        }
+        impl<T, E: Into<BoxError>> BatchViaBoxError for &&Returned<Result<T, E>>
+        where
+            Result<T, HandlerError>: IntoBatchOutcome,
+        {
+            #[inline]
+            fn batch_outcome(&self) -> BatchOutcome {
+                self.take()
+                    .map_err(HandlerError::retry)
+                    .into_batch_outcome()
+            }
+        }
+
+        pub trait BatchViaNothing<R> {
+            fn batch_outcome(&self) -> BatchOutcome
+            where
+                R: CarriesFailure;
+        }
+        impl<R> BatchViaNothing<R> for Returned<R> {
+            fn batch_outcome(&self) -> BatchOutcome
             where
                 R: CarriesFailure,
             {

@@ -21,6 +21,8 @@ pub(crate) struct Checked {
     pub(crate) state: Option<Type>,
     /// The return type, when its tokens passed the check.
     pub(crate) output: Option<Type>,
+    /// A batch handler's `Batch<T>` parameter: its position and `T`.
+    pub(crate) batch: Option<(usize, Type)>,
 }
 
 pub(crate) struct Param {
@@ -76,7 +78,17 @@ pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctx
     let mut params = Vec::new();
     let mut state = handler.args.state.clone();
     let mut state_from_param = false;
-    for typed in handler.params() {
+    let mut batch = None;
+    for (position, typed) in handler.params().enumerate() {
+        if let Some(item) = batch_param(&typed.ty) {
+            match batch {
+                None => batch = Some((position, item.clone())),
+                Some(_) => cx.error_spanned_by(
+                    &typed.ty,
+                    "a batch handler takes one `Batch<T>`: every unit of the batch is decoded with its `T`",
+                ),
+            }
+        }
         let ok = param_type(&typed.ty, allow_clock, wording, cx);
         if let Some(inner) = state_param(&typed.ty) {
             match &state {
@@ -113,14 +125,25 @@ pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctx
         params,
         state,
         output,
+        batch,
     }
 }
 
+/// `T` of a `Batch<T>` parameter.
+fn batch_param(ty: &Type) -> Option<&Type> {
+    generic_of(ty, "Batch")
+}
+
 /// `T` of a `State<T>` parameter.
-fn state_param(ty: &Type) -> Option<&Type> {
+pub(crate) fn state_param(ty: &Type) -> Option<&Type> {
+    generic_of(ty, "State")
+}
+
+/// `T` of a `Name<T>` type.
+fn generic_of<'a>(ty: &'a Type, name: &str) -> Option<&'a Type> {
     let Type::Path(path) = ty else { return None };
     let last = path.path.segments.last()?;
-    if last.ident != "State" {
+    if last.ident != name {
         return None;
     }
     let PathArguments::AngleBracketed(args) = &last.arguments else {

@@ -28,6 +28,18 @@ pub(crate) fn attribute<K: Kind>(attr: TokenStream, item: TokenStream) -> TokenS
     let shape_ok = check::shape(&handler.function, K::NAME, &cx);
     let checked = shape_ok.then(|| {
         let mut checked = check::signature(&handler, &K::WORDING, &cx);
+        if let Some((position, _)) = &checked.batch
+            && !K::BATCHES
+        {
+            let ty = &checked.params[*position].ty;
+            cx.error_spanned_by(
+                ty,
+                format!(
+                    "a #[{}] function handles one unit at a time: `Batch<T>` is for a #[consumer]",
+                    K::NAME
+                ),
+            );
+        }
         K::check(&handler, &mut checked, &cx);
         checked
     });
@@ -105,8 +117,8 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         Some(ty) => (quote!(), quote!(#ty), quote!()),
         None => {
             let extractor = format_ident!("{}", runtime.extractor);
-            let bounds = checked.params.iter().map(|p| {
-                let ty = &p.ty;
+            let bounds = (0..checked.params.len()).map(|i| {
+                let ty = extracted(checked, i);
                 quote!(#ty: #private::#extractor<__DeliveryState>,)
             });
             (
@@ -121,56 +133,116 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
     // Each parameter: not a clock (unless declared safe), not a minter, not an acknowledgement
     // handle — by type, which sees through aliases and wrappers. Whether it is an extractor is
     // checked here when the impl below does not (a generic state, or errors already found).
-    let param_checks = checked.params.iter().filter(|p| p.ok).map(|p| {
-        let probes = p.probes.iter().map(|ty| {
-            let (start, end) = span::range(ty);
-            let probe = |method: &str| {
-                let method = format_ident!("{}", method);
-                quote!((&#private::probe::Probe::<#ty>::NEW).#method())
-            };
-            let clock = args.allow_clock.is_none().then(|| {
-                let call = span::call(
+    let param_checks = checked
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.ok)
+        .map(|(i, p)| {
+            let probes = p.probes.iter().map(|ty| {
+                let (start, end) = span::range(ty);
+                let probe = |method: &str| {
+                    let method = format_ident!("{}", method);
+                    quote!((&#private::probe::Probe::<#ty>::NEW).#method())
+                };
+                let clock = args.allow_clock.is_none().then(|| {
+                    let call = span::call(
+                        start,
+                        end,
+                        quote!(#private::probe::assert_not_clock),
+                        probe("clock_probe"),
+                    );
+                    quote!(#call;)
+                });
+                let minter = span::call(
                     start,
                     end,
-                    quote!(#private::probe::assert_not_clock),
-                    probe("clock_probe"),
+                    quote!(#private::probe::assert_not_minter),
+                    probe("minter_probe"),
                 );
-                quote!(#call;)
+                let ack = span::call(
+                    start,
+                    end,
+                    quote!(#private::probe::assert_not_ack_handle),
+                    probe("ack_probe"),
+                );
+                // A client's own acknowledgement handles (lapin's `Acker`), which the transport's
+                // crate marks: the facade names them under its features.
+                let transport_ack = span::call(
+                    start,
+                    end,
+                    quote!(#private::probe::assert_not_ack_handle),
+                    probe("transport_ack_probe"),
+                );
+                quote! {
+                    #clock
+                    #minter;
+                    #ack;
+                    #transport_ack;
+                }
             });
-            let minter = span::call(
-                start,
-                end,
-                quote!(#private::probe::assert_not_minter),
-                probe("minter_probe"),
-            );
-            let ack = span::call(
-                start,
-                end,
-                quote!(#private::probe::assert_not_ack_handle),
-                probe("ack_probe"),
-            );
-            // A client's own acknowledgement handles (lapin's `Acker`), which the transport's
-            // crate marks: the facade names them under its features.
-            let transport_ack = span::call(
-                start,
-                end,
-                quote!(#private::probe::assert_not_ack_handle),
-                probe("transport_ack_probe"),
-            );
+            let extractor = (state.is_none() || has_errors)
+                .then(|| K::assert_extractor(&krate, extracted(checked, i), &check_state));
             quote! {
-                #clock
-                #minter;
-                #ack;
-                #transport_ack;
+                #(#probes)*
+                #extractor
             }
         });
-        let extractor = (state.is_none() || has_errors)
-            .then(|| K::assert_extractor(&krate, &p.ty, &check_state));
-        quote! {
-            #(#probes)*
-            #extractor
-        }
+
+    let clock_doc = args.allow_clock.as_ref().map(|reason| {
+        let text = format!(
+            " Reads the clock by a recorded exception: {}",
+            reason.value()
+        );
+        quote!(#[doc = ""] #[doc = #text])
     });
+    let handle_doc = format!(
+        " The {} `{name}` as written. Call it directly in tests; the {} calls it through `{}`.",
+        runtime.function, runtime.caller, runtime.handler
+    );
+    if let Some((position, item)) = &checked.batch {
+        let batch = BatchImpl {
+            name,
+            private: &private,
+            impl_generics: &impl_generics,
+            state_ty: &state_ty,
+            where_clause: &where_clause,
+            position: *position,
+            item,
+        };
+        let batch = batch.expand::<K>(checked, has_errors);
+        return quote! {
+            #(#cfgs)*
+            #(#docs)*
+            #clock_doc
+            #[allow(non_camel_case_types)]
+            #[derive(Clone, Copy, Debug)]
+            #vis struct #name;
+
+            #(#cfgs)*
+            impl #name {
+                #(#docs)*
+                #[doc = ""]
+                #[doc = #handle_doc]
+                #[allow(clippy::unused_async, clippy::missing_errors_doc)]
+                #(#other)*
+                #vis async fn handle(#inputs) #output #block
+            }
+
+            #(#cfgs)*
+            const _: () = {
+                use #private::probe::{AckFallback as _, AckSpecific as _, ClockFallback as _, ClockSpecific as _, MinterFallback as _, MinterSpecific as _};
+                use #private::transport_probe::{TransportAckFallback as _, TransportAckSpecific as _};
+
+                #[allow(dead_code, clippy::all)]
+                fn __delivery_checks() {
+                    #(#param_checks)*
+                }
+
+                #batch
+            };
+        };
+    }
 
     // The return value's conversion, in one place, spanned to the return type: a type that cannot
     // report a failure is refused here.
@@ -227,17 +299,6 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         }
     };
 
-    let clock_doc = args.allow_clock.as_ref().map(|reason| {
-        let text = format!(
-            " Reads the clock by a recorded exception: {}",
-            reason.value()
-        );
-        quote!(#[doc = ""] #[doc = #text])
-    });
-    let handle_doc = format!(
-        " The {} `{name}` as written. Call it directly in tests; the {} calls it through `{}`.",
-        runtime.function, runtime.caller, runtime.handler
-    );
     // Whether the handler takes the unit's transaction: any of its parameters' own answer.
     let in_transaction = runtime
         .in_transaction
@@ -295,5 +356,115 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
                 }
             }
         };
+    }
+}
+
+/// The type a parameter is resolved with: its own, or a batch's item type for `Batch<T>`.
+fn extracted(checked: &Checked, i: usize) -> &syn::Type {
+    match &checked.batch {
+        Some((position, item)) if *position == i => item,
+        _ => &checked.params[i].ty,
+    }
+}
+
+/// A batch handler's impl of `BatchHandler<S>`: each unit decoded with the batch's item type, the
+/// other parameters (its state) resolved against the batch's first unit, the return value turned
+/// into a `BatchOutcome`.
+struct BatchImpl<'a> {
+    name: &'a syn::Ident,
+    private: &'a TokenStream,
+    impl_generics: &'a TokenStream,
+    state_ty: &'a TokenStream,
+    where_clause: &'a TokenStream,
+    position: usize,
+    item: &'a syn::Type,
+}
+
+impl BatchImpl<'_> {
+    fn expand<K: Kind>(&self, checked: &Checked, has_errors: bool) -> TokenStream {
+        let BatchImpl {
+            name,
+            private,
+            impl_generics,
+            state_ty,
+            where_clause,
+            position,
+            item,
+        } = self;
+        let outcome_fn = checked.output.as_ref().map(|ty| {
+            let (start, end) = span::range(ty);
+            let convert = span::call(
+                start,
+                end,
+                quote!(#private::Returned::new),
+                quote!(__delivery_returned),
+            );
+            let convert = span::expr(start, end, quote!((&&#convert).batch_outcome()));
+            quote! {
+                #[allow(dead_code)]
+                fn __delivery_outcome(__delivery_returned: #ty) -> #private::BatchOutcome {
+                    use #private::{BatchViaHandlerError as _, BatchViaBoxError as _, BatchViaNothing as _};
+                    #convert
+                }
+            }
+        });
+        let call_body = if has_errors || checked.output.is_none() {
+            let message = format!("#[{}] reported errors", K::NAME);
+            quote!(async { ::core::unreachable!(#message) })
+        } else {
+            let bindings: Vec<_> = (0..checked.params.len())
+                .map(|i| format_ident!("__delivery_arg{}", i))
+                .collect();
+            let extracts = checked.params.iter().enumerate().map(|(i, p)| {
+                if i == *position {
+                    quote!(__delivery_batch)
+                } else {
+                    let ty = &p.ty;
+                    let (start, end) = span::range(ty);
+                    let path = quote!(#private::extract::<#ty, #state_ty>);
+                    let call =
+                        span::call(start, end, path, quote!(__delivery_unit, __delivery_state));
+                    quote!(#call?)
+                }
+            });
+            quote! {
+                let __delivery_unit = __delivery_batch[0].unit().clone();
+                let __delivery_unit = &__delivery_unit;
+                let __delivery_args = (move || -> ::core::result::Result<_, #private::Malformed> {
+                    ::core::result::Result::Ok((#(#extracts,)*))
+                })();
+                async move {
+                    match __delivery_args {
+                        ::core::result::Result::Ok((#(#bindings,)*)) => {
+                            __delivery_outcome(#name::handle(#(#bindings),*).await)
+                        }
+                        ::core::result::Result::Err(__delivery_error) => #private::batch_malformed(__delivery_error),
+                    }
+                }
+            }
+        };
+        quote! {
+            #outcome_fn
+
+            impl #impl_generics #private::BatchHandler<#state_ty> for #name #where_clause {
+                type Item = #item;
+
+                fn decode(
+                    &self,
+                    __delivery_unit: &#private::Unit,
+                    __delivery_state: &#state_ty,
+                ) -> ::core::result::Result<#item, #private::Malformed> {
+                    #private::extract::<#item, #state_ty>(__delivery_unit, __delivery_state)
+                }
+
+                fn call(
+                    &self,
+                    __delivery_batch: #private::Batch<#item>,
+                    __delivery_state: &#state_ty,
+                ) -> impl ::core::future::Future<Output = #private::BatchOutcome> + ::core::marker::Send + 'static {
+                    #call_body
+                }
+            }
+        }
     }
 }

@@ -25,6 +25,8 @@ pub(crate) trait Kind {
     const WORDING: Wording;
     /// The attribute's own arguments, `()` when it takes only the shared ones.
     type Own: Default;
+    /// Whether its function may take a `Batch<T>` (many units per run).
+    const BATCHES: bool = false;
 
     /// The arguments: by default the shared ones only, with an error listing them on any other.
     fn parse_args(attr: TokenStream, cx: &Ctxt) -> (Args, Self::Own) {

@@ -33,6 +33,7 @@
 //! # }
 //! ```
 
+mod batch;
 mod builder;
 mod handover;
 mod holds;
@@ -44,6 +45,7 @@ mod report;
 mod run;
 pub(crate) mod settle;
 
+pub use batch::Batches;
 pub use builder::Consumer;
 pub use order::{HOLD_GRACE, WhenReturned};
 pub use report::Report;
