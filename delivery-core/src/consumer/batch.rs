@@ -257,7 +257,8 @@ async fn run_batch<S, H: BatchHandler<S>>(
         None => {}
     };
     // Ranges still to run, the next at the end.
-    let mut pending: Vec<Range<usize>> = vec![0..n];
+    let mut pending: Vec<Range<usize>> = Vec::with_capacity(depth + 1);
+    pending.push(0..n);
     let mut failed_in_a_row = 0;
     while let Some(range) = pending.pop() {
         if failed_in_a_row > depth + 1 {
