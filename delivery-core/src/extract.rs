@@ -219,3 +219,23 @@ impl<S> FromUnit<S> for Unit {
         Ok(unit.clone())
     }
 }
+
+/// Several extractors at once, each resolved from the same unit: a batch's item type that needs
+/// more than the payload (`Batch<(Json<Order>, Stamp)>`: a unit without a stamp is malformed and
+/// never enters the batch). The unit is malformed if any of them fails.
+macro_rules! tuples {
+    ($($name:ident),+) => {
+        impl<S, $($name: FromUnit<S>),+> FromUnit<S> for ($($name,)+) {
+            const IN_TRANSACTION: bool = false $(|| $name::IN_TRANSACTION)+;
+
+            #[inline]
+            fn from_unit(unit: &Unit, state: &S) -> Result<Self, Malformed> {
+                Ok(($($name::from_unit(unit, state)?,)+))
+            }
+        }
+    };
+}
+
+tuples!(A, B);
+tuples!(A, B, C);
+tuples!(A, B, C, D);

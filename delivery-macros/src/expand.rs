@@ -454,6 +454,14 @@ impl BatchImpl<'_> {
                     __delivery_unit: &#private::Unit,
                     __delivery_state: &#state_ty,
                 ) -> ::core::result::Result<#item, #private::Malformed> {
+                    const {
+                        ::core::assert!(
+                            !<#item as #private::FromUnit<#state_ty>>::IN_TRANSACTION,
+                            "a batch's units cannot each take their own transaction: the handler \
+                             writes the whole batch in one transaction of its own (take the pool \
+                             in its `State` and begin it there)"
+                        )
+                    };
                     #private::extract::<#item, #state_ty>(__delivery_unit, __delivery_state)
                 }
 
