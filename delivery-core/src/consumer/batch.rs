@@ -235,9 +235,11 @@ where
 
 /// Runs `handler` over `members` and answers each with its own outcome; returns the leading
 /// unit's (the first member's). A run that fails as a whole is run again in halves, each in turn,
-/// down to single units; a unit's outcome is answered as soon as it is known. When the runs fail
-/// `depth + 2` times in a row (every run on the way down to one unit, and the next), the units
-/// not yet answered are answered with that failure.
+/// down to single units; a unit's outcome is answered as soon as it is known. When more runs fail
+/// in a row than a path down to one unit takes (`depth`: the whole batch's, each half's, ..., the
+/// unit's; then the next unit's too), the failure is the effect's, and the units not yet
+/// answered are answered with it: one poison unit never gets there (the half beside each failed
+/// half succeeds), a database that is down gets there in `depth + 1` runs, not `2n - 1`.
 async fn run_batch<S, H: BatchHandler<S>>(
     handler: &H,
     state: &S,
@@ -261,7 +263,7 @@ async fn run_batch<S, H: BatchHandler<S>>(
     pending.push(0..n);
     let mut failed_in_a_row = 0;
     while let Some(range) = pending.pop() {
-        if failed_in_a_row > depth + 1 {
+        if failed_in_a_row > depth {
             let failure = Outcome::Failed(format!(
                 "its batch kept failing on every part it was split into ({failed_in_a_row} runs in a row): \
                  the failure looks like the effect's, not a unit's; returned with the batch"

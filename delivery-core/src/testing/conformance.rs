@@ -23,6 +23,9 @@
 //! | [`a_unit_waiting_in_its_lane_is_kept_alive`] | 1, 3 |
 //! | [`units_waiting_at_shutdown_are_released_after_the_stop`] | 1, 2 |
 //! | [`a_shutdown_with_lanes_loses_nothing`] | 1, 3 |
+//! | [`a_poison_unit_in_a_batch_isolates_itself`] (batch handlers, [`Consumer::batch`]) | 1, 2 |
+//! | [`a_crash_mid_batch_loses_nothing`] | 1, 3 |
+//! | [`a_partial_batch_at_shutdown_runs_or_is_released`] | 1 |
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -31,6 +34,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
+
+mod batches;
+
+pub use batches::{
+    a_crash_mid_batch_loses_nothing, a_partial_batch_at_shutdown_runs_or_is_released,
+    a_poison_unit_in_a_batch_isolates_itself,
+};
 
 use crate::consumer::Consumer;
 use crate::dead_letter::{AnyDeadLetters, DeadLetters, Selection};
@@ -149,6 +159,9 @@ pub async fn run_all<F: Fixture>(fixture: &F) {
     a_unit_waiting_in_its_lane_is_kept_alive(fixture).await;
     units_waiting_at_shutdown_are_released_after_the_stop(fixture).await;
     a_shutdown_with_lanes_loses_nothing(fixture).await;
+    a_poison_unit_in_a_batch_isolates_itself(fixture).await;
+    a_crash_mid_batch_loses_nothing(fixture).await;
+    a_partial_batch_at_shutdown_runs_or_is_released(fixture).await;
 }
 
 /// How long a check waits for its condition before failing.
