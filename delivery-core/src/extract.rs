@@ -225,6 +225,8 @@ impl<S> FromUnit<S> for Unit {
 /// never enters the batch). The unit is malformed if any of them fails.
 macro_rules! tuples {
     ($($name:ident),+) => {
+        // Not offered in the list of extractors a refused parameter's error shows.
+        #[diagnostic::do_not_recommend]
         impl<S, $($name: FromUnit<S>),+> FromUnit<S> for ($($name,)+) {
             const IN_TRANSACTION: bool = false $(|| $name::IN_TRANSACTION)+;
 

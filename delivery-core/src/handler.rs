@@ -15,7 +15,8 @@ use crate::unit::Unit;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a consumer handler for state `{S}`",
     label = "not a handler",
-    note = "annotate an `async fn` with `#[delivery::consumer]`; its `State<T>` parameter, if any, must match the consumer's `.state(..)`"
+    note = "annotate an `async fn` with `#[delivery::consumer]`; its `State<T>` parameter, if any, must match the consumer's `.state(..)`",
+    note = "a handler taking `Batch<T>` is a batch handler: run it with `.batch(max_size, max_wait).run(..)`"
 )]
 pub trait Handler<S>: Send + Sync + 'static {
     /// Whether the handler takes the unit's transaction (a parameter whose

@@ -130,7 +130,7 @@ pub(crate) fn signature<Own>(handler: &Handler<Own>, wording: &Wording, cx: &Ctx
 }
 
 /// `T` of a `Batch<T>` parameter.
-fn batch_param(ty: &Type) -> Option<&Type> {
+pub(crate) fn batch_param(ty: &Type) -> Option<&Type> {
     generic_of(ty, "Batch")
 }
 

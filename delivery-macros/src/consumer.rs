@@ -1,10 +1,11 @@
 //! `#[consumer]`: a unit handler the consumer runtime runs, with the shared arguments and checks
-//! only. The annotated `async fn` becomes a unit struct of the same name implementing `Handler<S>`;
-//! the function as written stays callable as `name::handle(..)`.
+//! only. The annotated `async fn` becomes a unit struct of the same name implementing `Handler<S>`
+//! — or `BatchHandler<S>` when it takes a `Batch<T>` (and then `State<S>` only beside it); the
+//! function as written stays callable as `name::handle(..)`.
 
 use crate::ast::Handler;
 use crate::check::wording::{self, Wording};
-use crate::check::{Checked, state_param};
+use crate::check::{Checked, batch_param, state_param};
 use crate::ctxt::Ctxt;
 use crate::kind::{Kind, Runtime};
 
@@ -24,7 +25,9 @@ impl Kind for Consumer {
             return;
         };
         for (i, param) in checked.params.iter_mut().enumerate() {
-            if i != position && state_param(&param.ty).is_none() {
+            // A second `Batch` has its own error already.
+            if i != position && state_param(&param.ty).is_none() && batch_param(&param.ty).is_none()
+            {
                 param.ok = false;
                 cx.error_spanned_by(
                     &param.ty,

@@ -200,8 +200,9 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         " The {} `{name}` as written. Call it directly in tests; the {} calls it through `{}`.",
         runtime.function, runtime.caller, runtime.handler
     );
-    if let Some((position, item)) = &checked.batch {
-        let batch = BatchImpl {
+    // The runtime trait's impl: a batch handler's, or a unit handler's.
+    let runtime_impl = if let Some((position, item)) = &checked.batch {
+        BatchImpl {
             name,
             private: &private,
             impl_generics: &impl_generics,
@@ -209,111 +210,95 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
             where_clause: &where_clause,
             position: *position,
             item,
-        };
-        let batch = batch.expand::<K>(checked, has_errors);
-        return quote! {
-            #(#cfgs)*
-            #(#docs)*
-            #clock_doc
-            #[allow(non_camel_case_types)]
-            #[derive(Clone, Copy, Debug)]
-            #vis struct #name;
-
-            #(#cfgs)*
-            impl #name {
-                #(#docs)*
-                #[doc = ""]
-                #[doc = #handle_doc]
-                #[allow(clippy::unused_async, clippy::missing_errors_doc)]
-                #(#other)*
-                #vis async fn handle(#inputs) #output #block
-            }
-
-            #(#cfgs)*
-            const _: () = {
-                use #private::probe::{AckFallback as _, AckSpecific as _, ClockFallback as _, ClockSpecific as _, MinterFallback as _, MinterSpecific as _};
-                use #private::transport_probe::{TransportAckFallback as _, TransportAckSpecific as _};
-
-                #[allow(dead_code, clippy::all)]
-                fn __delivery_checks() {
-                    #(#param_checks)*
-                }
-
-                #batch
-            };
-        };
-    }
-
-    // The return value's conversion, in one place, spanned to the return type: a type that cannot
-    // report a failure is refused here.
-    let outcome = format_ident!("{}", runtime.outcome);
-    let outcome_fn = checked.output.as_ref().map(|ty| {
-        let (start, end) = span::range(ty);
-        let convert = span::call(
-            start,
-            end,
-            quote!(#private::Returned::new),
-            quote!(__delivery_returned),
-        );
-        let method = format_ident!("{}", runtime.convert);
-        let convert = span::expr(start, end, quote!((&&#convert).#method()));
-        let via = runtime
-            .convert_traits
-            .iter()
-            .map(|t| format_ident!("{}", t));
-        quote! {
-            #[allow(dead_code)]
-            fn __delivery_outcome(__delivery_returned: #ty) -> #private::#outcome {
-                use #private::{#(#via as _),*};
-                #convert
-            }
         }
-    });
-
-    let call_body = if has_errors || checked.output.is_none() {
-        // Never runs: the build fails on the errors above. It keeps the type usable meanwhile.
-        let message = format!("#[{}] reported errors", K::NAME);
-        quote!(async { ::core::unreachable!(#message) })
+        .expand::<K>(checked, has_errors)
     } else {
-        let malformed = runtime.malformed.iter().map(|s| format_ident!("{}", s));
-        let malformed = quote!(#private #(::#malformed)*);
-        let bindings: Vec<_> = (0..checked.params.len())
-            .map(|i| format_ident!("__delivery_arg{}", i))
-            .collect();
-        let extracts = checked.params.iter().map(|p| {
-            let call = K::extract(&krate, &p.ty, &state_ty);
-            quote!(#call?)
+        // The return value's conversion, in one place, spanned to the return type: a type that cannot
+        // report a failure is refused here.
+        let outcome = format_ident!("{}", runtime.outcome);
+        let outcome_fn = checked.output.as_ref().map(|ty| {
+            let (start, end) = span::range(ty);
+            let convert = span::call(
+                start,
+                end,
+                quote!(#private::Returned::new),
+                quote!(__delivery_returned),
+            );
+            let method = format_ident!("{}", runtime.convert);
+            let convert = span::expr(start, end, quote!((&&#convert).#method()));
+            let via = runtime
+                .convert_traits
+                .iter()
+                .map(|t| format_ident!("{}", t));
+            quote! {
+                #[allow(dead_code)]
+                fn __delivery_outcome(__delivery_returned: #ty) -> #private::#outcome {
+                    use #private::{#(#via as _),*};
+                    #convert
+                }
+            }
         });
-        quote! {
-            let __delivery_args = (|| -> ::core::result::Result<_, #private::Malformed> {
-                ::core::result::Result::Ok((#(#extracts,)*))
-            })();
-            async move {
-                match __delivery_args {
-                    ::core::result::Result::Ok((#(#bindings,)*)) => {
-                        __delivery_outcome(#name::handle(#(#bindings),*).await)
+
+        let call_body = if has_errors || checked.output.is_none() {
+            // Never runs: the build fails on the errors above. It keeps the type usable meanwhile.
+            let message = format!("#[{}] reported errors", K::NAME);
+            quote!(async { ::core::unreachable!(#message) })
+        } else {
+            let malformed = runtime.malformed.iter().map(|s| format_ident!("{}", s));
+            let malformed = quote!(#private #(::#malformed)*);
+            let bindings: Vec<_> = (0..checked.params.len())
+                .map(|i| format_ident!("__delivery_arg{}", i))
+                .collect();
+            let extracts = checked.params.iter().map(|p| {
+                let call = K::extract(&krate, &p.ty, &state_ty);
+                quote!(#call?)
+            });
+            quote! {
+                let __delivery_args = (|| -> ::core::result::Result<_, #private::Malformed> {
+                    ::core::result::Result::Ok((#(#extracts,)*))
+                })();
+                async move {
+                    match __delivery_args {
+                        ::core::result::Result::Ok((#(#bindings,)*)) => {
+                            __delivery_outcome(#name::handle(#(#bindings),*).await)
+                        }
+                        ::core::result::Result::Err(__delivery_error) => #malformed(__delivery_error),
                     }
-                    ::core::result::Result::Err(__delivery_error) => #malformed(__delivery_error),
+                }
+            }
+        };
+
+        // Whether the handler takes the unit's transaction: any of its parameters' own answer.
+        let in_transaction = runtime
+            .in_transaction
+            .filter(|_| !has_errors && checked.output.is_some())
+            .map(|name| {
+                let name = format_ident!("{}", name);
+                let extractor = format_ident!("{}", runtime.extractor);
+                let types = checked.params.iter().map(|p| &p.ty);
+                quote! {
+                    const #name: bool = false #(|| <#types as #private::#extractor<#state_ty>>::#name)*;
+                }
+            });
+        let handler_trait = format_ident!("{}", runtime.handler);
+        let input = format_ident!("{}", runtime.input);
+
+        quote! {
+            #outcome_fn
+
+            impl #impl_generics #private::#handler_trait<#state_ty> for #name #where_clause {
+                #in_transaction
+
+                fn call(
+                    &self,
+                    __delivery_unit: &#private::#input,
+                    __delivery_state: &#state_ty,
+                ) -> impl ::core::future::Future<Output = #private::#outcome> + ::core::marker::Send + 'static {
+                    #call_body
                 }
             }
         }
     };
-
-    // Whether the handler takes the unit's transaction: any of its parameters' own answer.
-    let in_transaction = runtime
-        .in_transaction
-        .filter(|_| !has_errors && checked.output.is_some())
-        .map(|name| {
-            let name = format_ident!("{}", name);
-            let extractor = format_ident!("{}", runtime.extractor);
-            let types = checked.params.iter().map(|p| &p.ty);
-            quote! {
-                const #name: bool = false #(|| <#types as #private::#extractor<#state_ty>>::#name)*;
-            }
-        });
-    let handler_trait = format_ident!("{}", runtime.handler);
-    let input = format_ident!("{}", runtime.input);
-
     quote! {
         #(#cfgs)*
         #(#docs)*
@@ -342,19 +327,7 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
                 #(#param_checks)*
             }
 
-            #outcome_fn
-
-            impl #impl_generics #private::#handler_trait<#state_ty> for #name #where_clause {
-                #in_transaction
-
-                fn call(
-                    &self,
-                    __delivery_unit: &#private::#input,
-                    __delivery_state: &#state_ty,
-                ) -> impl ::core::future::Future<Output = #private::#outcome> + ::core::marker::Send + 'static {
-                    #call_body
-                }
-            }
+            #runtime_impl
         };
     }
 }

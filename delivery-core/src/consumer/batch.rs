@@ -16,7 +16,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, Semaphore, oneshot};
 
 use super::builder::Consumer;
 use super::report::Report;
@@ -42,9 +42,10 @@ impl<Src: Source, S> Consumer<Src, S> {
     /// `max_wait` after its first unit arrived, whichever comes first: a unit never waits longer
     /// for its batch to fill. Set the consumer's other settings first; `.run(handler)` follows.
     ///
-    /// Up to [`concurrency`](Self::concurrency) batches run at once (each unit of each batch held
-    /// unsettled meanwhile: on RabbitMQ, give the channel a prefetch of at least twice
-    /// `max_size`, so the next batch fills while one runs). Ordered by key
+    /// Up to [`concurrency`](Self::concurrency) batches run at once, and one more fills
+    /// meanwhile (each unit held unsettled until its batch settled it: on RabbitMQ, give the
+    /// channel a prefetch of at least twice `max_size`, or batches never fill and each waits out
+    /// `max_wait`). A batch ready to run while every place is taken keeps filling until one frees. Ordered by key
     /// ([`order_by_key`](Self::order_by_key)), a batch holds at most one unit of a key, and a
     /// key's next unit joins a later batch once the one before settled. A
     /// [`handler_timeout`](Self::handler_timeout) bounds each unit's wait for its batch and the
@@ -69,7 +70,10 @@ impl<Src: Source, S: Send + Sync + 'static> Batches<Src, S> {
             max_size,
             max_wait,
         } = self;
-        let capacity = consumer.concurrency.saturating_mul(max_size);
+        // The loop's capacity, in units: every batch that may run, and as many more units
+        // gathering into the next ones.
+        let at_once = consumer.concurrency;
+        let capacity = at_once.saturating_add(1).saturating_mul(max_size);
         let state = Arc::new(consumer.state);
         let consumer = Consumer {
             state: state.clone(),
@@ -88,6 +92,7 @@ impl<Src: Source, S: Send + Sync + 'static> Batches<Src, S> {
                 open: Mutex::new(None),
                 max_size,
                 max_wait,
+                running: Semaphore::new(at_once),
             }),
             state: PhantomData,
         };
@@ -108,6 +113,9 @@ struct Gather<I> {
     open: Mutex<Option<Arc<Forming<I>>>>,
     max_size: usize,
     max_wait: Duration,
+    /// A place per batch that may run at once (the consumer's concurrency): a batch ready to run
+    /// waits here, still open to units until it is full.
+    running: Semaphore,
 }
 
 /// A batch being gathered: its units so far, and the signal that it is full.
@@ -218,6 +226,10 @@ where
                     };
                     let _ = tokio::time::timeout(gather.max_wait, leading.forming.full.notified())
                         .await;
+                    // Every place taken: the batch keeps filling meanwhile.
+                    let Ok(_place) = gather.running.acquire().await else {
+                        unreachable!("the semaphore is never closed")
+                    };
                     gather.close(&leading.forming);
                     let members = mem::take(
                         &mut *leading

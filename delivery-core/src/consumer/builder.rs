@@ -61,7 +61,8 @@ impl<Src: Source, S> Consumer<Src, S> {
         }
     }
 
-    /// How many units are handled at once (default 16; at least 1).
+    /// How many units are handled at once (default 16; at least 1). With
+    /// [`batch`](Self::batch), how many batches run at once.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
         self
