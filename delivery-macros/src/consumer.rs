@@ -25,9 +25,13 @@ impl Kind for Consumer {
             return;
         };
         for (i, param) in checked.params.iter_mut().enumerate() {
-            // A second `Batch` has its own error already.
-            if i != position && state_param(&param.ty).is_none() && batch_param(&param.ty).is_none()
-            {
+            if i == position {
+                continue;
+            }
+            if batch_param(&param.ty).is_some() {
+                // A second `Batch`: refused once already.
+                param.ok = false;
+            } else if state_param(&param.ty).is_none() {
                 param.ok = false;
                 cx.error_spanned_by(
                     &param.ty,

@@ -28,10 +28,10 @@ pub(crate) fn attribute<K: Kind>(attr: TokenStream, item: TokenStream) -> TokenS
     let shape_ok = check::shape(&handler.function, K::NAME, &cx);
     let checked = shape_ok.then(|| {
         let mut checked = check::signature(&handler, &K::WORDING, &cx);
-        if let Some((position, _)) = &checked.batch
-            && !K::BATCHES
-        {
-            let ty = &checked.params[*position].ty;
+        if let Some((position, _)) = checked.batch.take_if(|_| !K::BATCHES) {
+            // Refused once, here: expanded as a unit handler, with no probe on the parameter.
+            checked.params[position].ok = false;
+            let ty = &checked.params[position].ty;
             cx.error_spanned_by(
                 ty,
                 format!(
