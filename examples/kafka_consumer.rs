@@ -9,9 +9,12 @@
 //! `orders-consumer`), `SESSION_TIMEOUT_MS` (how soon the group hands a crashed consumer's
 //! partitions to another; default 10000), `PARTITIONS` (default 3, for topics it creates),
 //! `MAX_DELIVERIES` (default 5), `MAX_WAITING` (the most returned units held in memory until due;
-//! default 10000), `CONCURRENCY` (default 16), `EFFECT_DELAY_MS` (a pause between the effect's
-//! commit and the handler's return, so a crash test can kill the consumer while effects are
-//! committed and their offsets are not; default 0).
+//! default 10000), `CONCURRENCY` (default 16: units, or batches, handled at once),
+//! `EFFECT_DELAY_MS` (a pause between the effect's commit and the handler's return, so a crash
+//! test can kill the consumer while effects are committed and their offsets are not; default 0),
+//! `BATCH_SIZE` (unset or 1: one unit per transaction; N > 1: up to N units per transaction,
+//! `apply_orders`), `BATCH_WAIT_MS` (how long a partial batch waits to fill before it runs;
+//! default 20).
 //!
 //! On start it creates the topics `$TOPIC`, `$TOPIC.$GROUP.retry`, `$TOPIC.$GROUP.dlq` and
 //! `$TOPIC.$GROUP.attempts` (the group's own, so other groups never handle its failures) if
@@ -22,7 +25,10 @@
 //! only by a unit with a newer stamp, its offset (rule 4: key a customer's orders by the
 //! customer, so they share a partition and their offsets order them). Malformed units and negative amounts go
 //! to the dead letter directly; a database outage is retried with backoff through the retry
-//! topic. Runs until SIGINT or SIGTERM, then shuts down gracefully and commits what is final.
+//! topic. In batches, each unit's offset is still committed only after the transaction that
+//! applied it committed, a negative amount sends its unit alone to the dead letter, and a failed
+//! batch is retried in halves. Runs until SIGINT or SIGTERM, then shuts down gracefully and
+//! commits what is final.
 
 use std::time::Duration;
 
@@ -33,10 +39,10 @@ use sqlx::postgres::PgPoolOptions;
 
 #[path = "support/env.rs"]
 mod env;
-use env::{env_num, env_or, shutdown_signal};
+use env::{Batching, env_num, env_or, shutdown_signal};
 #[path = "support/orders.rs"]
 mod orders;
-use orders::{App, apply_order};
+use orders::{App, apply_order, apply_orders};
 
 #[tokio::main]
 async fn main() {
@@ -56,6 +62,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let topic = env_or("TOPIC", "orders");
     let group = env_or("GROUP", "orders-consumer");
     let concurrency: usize = env_num("CONCURRENCY", 16);
+    let batching = Batching::from_env();
     let effect_delay = Duration::from_millis(env_num("EFFECT_DELAY_MS", 0));
     let topology = KafkaTopology::new(&topic, group)
         .partitions(env_num("PARTITIONS", 3))
@@ -81,14 +88,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     })
     .await?;
-    tracing::info!(topic, concurrency, "consuming");
-    let report = Consumer::new(source)
+    tracing::info!(topic, concurrency, batch_size = batching.size, "consuming");
+    let consumer = Consumer::new(source)
         .state(App { db, effect_delay })
         .concurrency(concurrency)
         .drain_deadline(Duration::from_secs(10))
-        .shutdown_on(shutdown)
-        .run(apply_order)
-        .await;
+        .shutdown_on(shutdown);
+    let report = batching.run(consumer, apply_order, apply_orders).await;
     depth.abort();
     tracing::info!(?report, "stopped");
     Ok(())

@@ -4,6 +4,8 @@
 //! Fails, never skips, when PostgreSQL is unreachable. Each test works in a schema of its own.
 #![cfg(feature = "postgres")]
 
+#[path = "support/inbox_batch.rs"]
+mod inbox_batch;
 #[path = "../examples/support/orders.rs"]
 mod orders;
 #[path = "support/process.rs"]
@@ -141,6 +143,18 @@ async fn a_unit_is_applied_once_per_consumer() {
         skew < 60.0,
         "applied_at is the database's now(): {skew}s off"
     );
+    drop_schema(&db, &schema).await;
+}
+
+/// `first_times` records a batch of units at once: each id once, only the first time, in the
+/// caller's transaction, per consumer; 70 000 ids take two statements (at most 65 535
+/// parameters each).
+#[tokio::test]
+async fn a_batch_of_units_is_recorded_once_per_consumer() {
+    let (db, schema) = setup("batch").await;
+    let billing = store(&db, &schema, "billing").await;
+    let shipping = inbox(&schema, "shipping");
+    inbox_batch::first_times_records_each_id_once(&db, billing.inbox(), &shipping, 70_000).await;
     drop_schema(&db, &schema).await;
 }
 

@@ -4,6 +4,9 @@
 //! deleting only what is older than its age.
 #![cfg(feature = "sqlite")]
 
+#[path = "support/inbox_batch.rs"]
+mod inbox_batch;
+
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -103,6 +106,18 @@ async fn a_unit_is_applied_once_per_consumer() {
     .await
     .unwrap();
     assert!(skew < 60_000, "applied_at is SQLite's clock: {skew} ms off");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `first_times` records a batch of units at once: each id once, only the first time, in the
+/// caller's transaction, per consumer; 2 100 ids take three statements (at most 999 parameters
+/// each).
+#[tokio::test]
+async fn a_batch_of_units_is_recorded_once_per_consumer() {
+    let (db, dir) = setup("batch", SqliteJournalMode::Wal).await;
+    let billing = store(&db, "billing").await;
+    let shipping = Inbox::new("shipping");
+    inbox_batch::first_times_records_each_id_once(&db, billing.inbox(), &shipping, 2_100).await;
     let _ = std::fs::remove_dir_all(dir);
 }
 

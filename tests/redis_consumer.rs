@@ -1,5 +1,6 @@
-//! `examples/redis_consumer.rs` run as a child process against the real Redis: its contract, and
-//! SIGKILL mid-effect many times over thousands of units. Fails, never skips, when Redis is
+//! `examples/redis_consumer.rs` run as a child process against the real Redis: its contract (one
+//! unit per call and in batches, `BATCH_SIZE`), and SIGKILL mid-effect many times over thousands
+//! of units. Fails, never skips, when Redis is
 //! unreachable. Each test uses streams and hashes of its own (`redis-<name>-<pid>`).
 #![cfg(feature = "redis")]
 
@@ -20,7 +21,19 @@ use delivery::{UnitId, disposition::ReasonKind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_applies_orders_once_and_dead_letters_poison() {
-    let env = Env::new("contract", 5).await;
+    contract("contract", 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_in_batches_applies_orders_once_and_dead_letters_poison() {
+    contract("contract-batched", 50).await;
+}
+
+/// The example's contract, its handler taking `batch_size` units per call: each order applied
+/// once, each poison unit dead-lettered alone, intact.
+async fn contract(name: &str, batch_size: usize) {
+    let mut env = Env::new(name, 5).await;
+    env.batch_size = batch_size;
     let mut child = env.start(8, "contract", 0);
     env.publish("m-1", &order("o-1", "c-1", 100)).await;
     env.publish("m-2", &order("o-2", "c-1", 50)).await;

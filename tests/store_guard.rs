@@ -1,8 +1,11 @@
 //! The store guard of rule 4 (`store::postgres::advance`, `store::sqlite::advance`) against the
 //! real PostgreSQL and an SQLite file: a newer stamp moves, an older or equal one does not, inside
-//! the caller's transaction (a rollback undoes it), and two transactions of one key serialize.
+//! the caller's transaction (a rollback undoes it), and two transactions of one key serialize;
+//! `advance_all` does the same for many keys in one statement, and overlapping batches moved at
+//! once in any order never deadlock.
 #![cfg(all(feature = "postgres", feature = "sqlite"))]
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use delivery::memory::MemoryBroker;
@@ -10,7 +13,7 @@ use delivery::store::{postgres, sqlite};
 use delivery::{
     Consumer, HandlerError, Json, Stamp, State, Unit, disposition::Backoff, disposition::ReasonKind,
 };
-use sqlx::{PgPool, SqlitePool};
+use sqlx::{Database, PgPool, Pool, SqlitePool};
 
 fn database_url() -> String {
     std::env::var("DATABASE_URL")
@@ -27,10 +30,10 @@ async fn pg() -> PgPool {
     pool
 }
 
-/// A key of this run, with whatever an earlier run left under it removed.
+/// A key of this run, with whatever an earlier run left under it (or under `<key>-…`) removed.
 async fn key(pool: &PgPool, name: &str) -> String {
     let key = format!("{name}-{}", std::process::id());
-    sqlx::query("DELETE FROM delivery_stamps WHERE key = $1")
+    sqlx::query("DELETE FROM delivery_stamps WHERE key = $1 OR key LIKE $1 || '-%'")
         .bind(&key)
         .execute(pool)
         .await
@@ -124,15 +127,129 @@ async fn postgres_two_transactions_of_one_key_serialize() {
     );
 }
 
-#[tokio::test]
-async fn sqlite_moves_only_forward_in_the_callers_transaction() {
-    let dir = std::env::temp_dir().join(format!("delivery-guard-{}", std::process::id()));
+/// A fresh SQLite file with the guard's table, in the directory it returns.
+async fn sqlite_pool(name: &str) -> (SqlitePool, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("delivery-guard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.join("guard.db").display());
     let pool = SqlitePool::connect(&url).await.unwrap();
     sqlite::migrate(&mut pool.acquire().await.unwrap())
         .await
         .unwrap();
+    (pool, dir)
+}
+
+/// `advance_all` in the database of `pool` (through `advance_all`, its database's function),
+/// for keys under `key`: several keys in one call, a key given twice moved to its highest stamp,
+/// a stale or equal stamp refused, a rollback undoing it, `many` keys in one call (more than one
+/// statement holds in the database), and a stamp past `i64::MAX` refused.
+async fn advance_all_moves_each_key_to_its_highest_stamp<DB: Database>(
+    pool: &Pool<DB>,
+    key: &str,
+    many: usize,
+    advance_all: impl AsyncFn(
+        &mut DB::Connection,
+        &str,
+        &[(String, Stamp)],
+    ) -> Result<HashSet<String>, sqlx::Error>,
+) {
+    let k = |name: &str| format!("{key}-{name}");
+    let keys = |names: &[&str]| names.iter().map(|n| k(n)).collect::<HashSet<_>>();
+    let stamps = |pairs: &[(&str, u64)]| {
+        pairs
+            .iter()
+            .map(|(name, stamp)| (k(name), Stamp(*stamp)))
+            .collect::<Vec<_>>()
+    };
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        advance_all(
+            &mut *tx,
+            "guard",
+            &stamps(&[("a", 5), ("b", 3), ("a", 9), ("a", 7)])
+        )
+        .await
+        .unwrap(),
+        keys(&["a", "b"]),
+        "each key moves once"
+    );
+    assert_eq!(
+        advance_all(&mut *tx, "guard", &stamps(&[("a", 8), ("b", 3), ("c", 1)]))
+            .await
+            .unwrap(),
+        keys(&["c"]),
+        "a is at 9, its highest (not 7, its last): 8 is stale; b's 3 is equal"
+    );
+    assert_eq!(
+        advance_all(&mut *tx, "other-scope", &stamps(&[("a", 1)]))
+            .await
+            .unwrap(),
+        keys(&["a"]),
+        "scopes are apart"
+    );
+    assert_eq!(
+        advance_all(&mut *tx, "guard", &[]).await.unwrap(),
+        HashSet::new()
+    );
+    tx.rollback().await.unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        advance_all(&mut *tx, "guard", &stamps(&[("a", 2), ("b", 2)]))
+            .await
+            .unwrap(),
+        keys(&["a", "b"]),
+        "rolled back: the keys start afresh"
+    );
+    tx.commit().await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    assert_eq!(
+        advance_all(&mut *conn, "guard", &stamps(&[("a", 2), ("b", 1)]))
+            .await
+            .unwrap(),
+        HashSet::new(),
+        "committed"
+    );
+    drop(conn);
+
+    // More keys than one statement takes: the even ones moved to 2, then every one to 2 and
+    // the odd ones to 3 as well.
+    let names: Vec<String> = (0..many).map(|i| format!("n-{i}")).collect();
+    let even: Vec<(&str, u64)> = names.iter().step_by(2).map(|n| (n.as_str(), 2)).collect();
+    let mut all: Vec<(&str, u64)> = names.iter().map(|n| (n.as_str(), 2)).collect();
+    all.extend(names.iter().skip(1).step_by(2).map(|n| (n.as_str(), 3)));
+    let odd: Vec<&str> = names
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(String::as_str)
+        .collect();
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        advance_all(&mut *tx, "guard", &stamps(&even))
+            .await
+            .unwrap()
+            .len(),
+        even.len()
+    );
+    assert_eq!(
+        advance_all(&mut *tx, "guard", &stamps(&all)).await.unwrap(),
+        keys(&odd),
+        "the even keys are at 2 already; the odd ones move to 3"
+    );
+    tx.commit().await.unwrap();
+
+    let mut conn = pool.acquire().await.unwrap();
+    let error = advance_all(&mut *conn, "guard", &stamps(&[("a", 10), ("b", u64::MAX)]))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("i64::MAX"), "{error}");
+}
+
+#[tokio::test]
+async fn sqlite_moves_only_forward_in_the_callers_transaction() {
+    let (pool, dir) = sqlite_pool("forward").await;
     let mut tx = pool.begin().await.unwrap();
     assert!(
         sqlite::advance(&mut tx, "guard", "k", Stamp(10))
@@ -174,6 +291,89 @@ async fn sqlite_moves_only_forward_in_the_callers_transaction() {
     drop(conn);
     pool.close().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn postgres_advance_all_moves_each_key_to_its_highest_stamp() {
+    let pool = pg().await;
+    let key = key(&pool, "all").await;
+    // 40 000 keys: two statements (at most 65 535 parameters each, two per key).
+    advance_all_moves_each_key_to_its_highest_stamp(
+        &pool,
+        &key,
+        40_000,
+        async |conn: &mut sqlx::PgConnection, scope: &str, stamps: &[(String, Stamp)]| {
+            postgres::advance_all(conn, scope, stamps).await
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite_advance_all_moves_each_key_to_its_highest_stamp() {
+    let (pool, dir) = sqlite_pool("all").await;
+    // 1 200 keys: three statements (at most 999 parameters each, two per key).
+    advance_all_moves_each_key_to_its_highest_stamp(
+        &pool,
+        "k",
+        1_200,
+        async |conn: &mut sqlx::SqliteConnection, scope: &str, stamps: &[(String, Stamp)]| {
+            sqlite::advance_all(conn, scope, stamps).await
+        },
+    )
+    .await;
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Concurrent batches over the same keys, each given them in another order, in PostgreSQL: the
+/// guard writes them in one order, so a batch waits for another to end and none deadlocks
+/// (given in their own orders, two batches would each hold a key the other waits for, and
+/// PostgreSQL would fail one of them with `deadlock detected`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_overlapping_batches_in_any_order_never_deadlock() {
+    const TASKS: u64 = 6;
+    const ROUNDS: u64 = 15;
+    let pool = pg().await;
+    let key = key(&pool, "overlap").await;
+    let keys: Vec<String> = (0..60).map(|i| format!("{key}-{i:02}")).collect();
+    let batches = (0..TASKS).map(|task| {
+        let (pool, mut keys) = (pool.clone(), keys.clone());
+        tokio::spawn(async move {
+            // Each task its own order: rotated, every other one reversed.
+            let turn = (task as usize * 11) % keys.len();
+            keys.rotate_left(turn);
+            if task % 2 == 1 {
+                keys.reverse();
+            }
+            for round in 0..ROUNDS {
+                let stamp = Stamp(1 + round * TASKS + task);
+                let stamps: Vec<(&str, Stamp)> = keys.iter().map(|k| (k.as_str(), stamp)).collect();
+                let mut tx = pool.begin().await.unwrap();
+                postgres::advance_all(&mut tx, "guard-overlap", &stamps).await?;
+                tx.commit().await?;
+            }
+            Ok::<_, sqlx::Error>(())
+        })
+    });
+    let results = futures_util::future::join_all(batches).await;
+    for result in results {
+        result
+            .unwrap()
+            .expect("no batch fails (a deadlock fails one)");
+    }
+    let highest: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT stamp FROM delivery_stamps WHERE scope = 'guard-overlap' AND key LIKE $1 || '-%'",
+    )
+    .bind(&key)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        highest,
+        [(ROUNDS * TASKS) as i64],
+        "every key at the highest stamp given"
+    );
 }
 
 /// What the consumer below guards its rows with.

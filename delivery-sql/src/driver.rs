@@ -34,6 +34,11 @@ pub enum Exec<'e, DB: Database> {
 /// A database the stores run on: sqlx's `Postgres` and `Sqlite`. Implemented by this crate
 /// alone, once per driver.
 pub trait Sql: Database {
+    /// The most parameters one statement takes: PostgreSQL's 65 535 (its protocol counts them
+    /// in 16 bits); SQLite's 999, its limit before 3.32 and in builds that keep it (later
+    /// versions take 32 766), so that a statement fits any build sqlx links.
+    const MAX_PARAMETERS: usize;
+
     /// Adds `value` after the parameters already in `args`.
     fn add(args: &mut Self::Arguments, value: Value<'_>) -> Result<(), sqlx::Error>;
 
@@ -86,10 +91,42 @@ pub trait Sql: Database {
     fn count(row: &Self::Row, column: &str) -> Result<u32, sqlx::Error>;
 }
 
-/// [`Sql`] for `$db`, whose `INTEGER` columns decode as `$integer`.
+/// The `VALUES` list of a multi-row statement: `rows` rows, each the parameters `$1` to
+/// `$shared` (the same in every row: a scope, a consumer) followed by `own` parameters of its
+/// own, numbered on in row order. `value_rows(2, 1, 2)` is `($1, $2, $3), ($1, $4, $5)`.
+pub(crate) fn value_rows(rows: usize, shared: usize, own: usize) -> String {
+    let mut sql = String::with_capacity(rows * (4 + 5 * (shared + own)));
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        let own_params = (0..own).map(|k| shared + row * own + k + 1);
+        for (i, n) in (1..=shared).chain(own_params).enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('$');
+            sql.push_str(&n.to_string());
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// How many rows of `own` parameters each, after `shared` parameters, one statement in `DB`
+/// takes ([`Sql::MAX_PARAMETERS`]).
+pub(crate) fn rows_per_statement<DB: Sql>(shared: usize, own: usize) -> usize {
+    ((DB::MAX_PARAMETERS - shared) / own).max(1)
+}
+
+/// [`Sql`] for `$db`, whose `INTEGER` columns decode as `$integer` and whose statements take at
+/// most `$max_parameters` parameters.
 macro_rules! driver {
-    ($db:ty, $integer:ty) => {
+    ($db:ty, $integer:ty, $max_parameters:expr) => {
         impl Sql for $db {
+            const MAX_PARAMETERS: usize = $max_parameters;
+
             fn add(args: &mut Self::Arguments, value: Value<'_>) -> Result<(), sqlx::Error> {
                 use sqlx::Arguments as _;
                 match value {
@@ -192,6 +229,19 @@ macro_rules! driver {
 }
 
 #[cfg(feature = "postgres")]
-driver!(sqlx::Postgres, i32);
+driver!(sqlx::Postgres, i32, u16::MAX as usize);
 #[cfg(feature = "sqlite")]
-driver!(sqlx::Sqlite, i64);
+driver!(sqlx::Sqlite, i64, 999);
+
+#[cfg(test)]
+mod tests {
+    use super::value_rows;
+
+    #[test]
+    fn value_rows_number_each_rows_parameters_after_the_shared_ones() {
+        assert_eq!(value_rows(1, 1, 1), "($1, $2)");
+        assert_eq!(value_rows(3, 1, 1), "($1, $2), ($1, $3), ($1, $4)");
+        assert_eq!(value_rows(2, 1, 2), "($1, $2, $3), ($1, $4, $5)");
+        assert_eq!(value_rows(2, 0, 2), "($1, $2), ($3, $4)");
+    }
+}

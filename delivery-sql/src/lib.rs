@@ -20,7 +20,7 @@ pub mod table;
 /// The names a database's crate exports, in the dialect `$dialect` whose sqlx connection is
 /// `$connection`: `$Store` (the outbox store), `$Inbox` (the inbox's table), `$Queue` and `$Tx`
 /// (the queue and its transaction) and `pub mod store`
-/// ([`store::migrate`] and [`store::advance`] for its connections, so that `advance(&mut tx, ..)`
+/// ([`store::migrate`], [`store::advance`] and [`store::advance_all`] for its connections, so that `advance(&mut tx, ..)`
 /// takes a transaction or a pool's connection as it is), and the modules `outbox` and `inbox`.
 #[macro_export]
 #[doc(hidden)]
@@ -61,6 +61,20 @@ macro_rules! database {
             ) -> Result<bool, ::sqlx::Error> {
                 $crate::store::advance::<<$dialect as $crate::dialect::Dialect>::Database>(
                     conn, scope, key, stamp,
+                )
+                .await
+            }
+
+            /// Moves each key's stamp (in `scope`) to its stamp in `stamps` where that is newer,
+            /// in one statement, in the caller's transaction, and returns the keys that moved
+            /// ([`delivery_sql::store::advance_all`]).
+            pub async fn advance_all<K: AsRef<str>>(
+                conn: &mut $connection,
+                scope: &str,
+                stamps: &[(K, ::delivery_core::unit::Stamp)],
+            ) -> Result<::std::collections::HashSet<String>, ::sqlx::Error> {
+                $crate::store::advance_all::<<$dialect as $crate::dialect::Dialect>::Database, K>(
+                    conn, scope, stamps,
                 )
                 .await
             }

@@ -28,13 +28,18 @@
 //!
 //! Two units of one key handled at once serialize on the key's stamp row: the second waits for
 //! the first's transaction, then compares against what it committed.
+//!
+//! A batch of units moves its keys at once with [`advance_all`] (`store::postgres::advance_all`,
+//! `store::sqlite::advance_all`): one statement for every key, which returns the keys that moved.
+
+use std::collections::{BTreeMap, HashSet};
 
 use sqlx::Database;
 
 use delivery_core::unit::Stamp;
 
 use crate::dialect::Dialect;
-use crate::driver::{Exec, Sql, Value};
+use crate::driver::{Exec, Sql, Value, rows_per_statement, value_rows};
 
 /// The table the guard keeps its stamps in.
 pub const TABLE: &str = "delivery_stamps";
@@ -87,6 +92,62 @@ pub async fn advance<DB: Sql>(
                RETURNING 1";
     let moved = DB::fetch_optional(Exec::Conn(conn), sql, args).await?;
     Ok(moved.is_some())
+}
+
+/// [`advance`] for many keys at once, in one statement, in the caller's transaction: moves each
+/// key's stamp (in `scope`) to its stamp in `stamps` where that is newer than the one stored, and
+/// returns the keys that moved (write their state; write nothing for the others).
+///
+/// A key given more than once counts with its highest stamp (PostgreSQL refuses to update one
+/// row twice in a statement, and the highest is what advancing through each in turn would leave).
+/// The keys are written in their sorted order, so two transactions moving overlapping keys at
+/// once lock the keys they share in the same order: the second waits for the first to end, as
+/// with `advance`, and neither waits on the other in a circle (a deadlock). One statement per
+/// [`MAX_PARAMETERS`](Sql::MAX_PARAMETERS) of keys.
+///
+/// ```no_run
+/// # async fn handle(pool: sqlx::PgPool) -> Result<(), sqlx::Error> {
+/// use delivery::{Stamp, store::postgres};
+/// let mut tx = pool.begin().await?;
+/// let moved = postgres::advance_all(&mut tx, "latest_orders", &[("c-1", Stamp(7)), ("c-2", Stamp(3))]).await?;
+/// if moved.contains("c-1") {
+///     // write c-1's latest state
+/// }
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+pub async fn advance_all<DB: Sql, K: AsRef<str>>(
+    conn: &mut DB::Connection,
+    scope: &str,
+    stamps: &[(K, Stamp)],
+) -> Result<HashSet<String>, sqlx::Error> {
+    let mut highest: BTreeMap<&str, i64> = BTreeMap::new();
+    for (key, stamp) in stamps {
+        let stamp = stored(*stamp)?;
+        let kept = highest.entry(key.as_ref()).or_insert(stamp);
+        *kept = (*kept).max(stamp);
+    }
+    let rows: Vec<(&str, i64)> = highest.into_iter().collect();
+    let mut moved = HashSet::with_capacity(rows.len());
+    for chunk in rows.chunks(rows_per_statement::<DB>(1, 2)) {
+        let sql = format!(
+            "INSERT INTO delivery_stamps (scope, key, stamp) VALUES {} \
+             ON CONFLICT (scope, key) DO UPDATE SET stamp = EXCLUDED.stamp \
+             WHERE delivery_stamps.stamp < EXCLUDED.stamp \
+             RETURNING key",
+            value_rows(chunk.len(), 1, 2)
+        );
+        let mut values = Vec::with_capacity(1 + 2 * chunk.len());
+        values.push(Value::Text(scope));
+        for (key, stamp) in chunk {
+            values.extend([Value::Text(key), Value::Int(*stamp)]);
+        }
+        let args = DB::arguments(&values)?;
+        for row in DB::fetch_all(Exec::Conn(&mut *conn), &sql, args).await? {
+            moved.insert(DB::text(&row, "key")?);
+        }
+    }
+    Ok(moved)
 }
 
 /// A stamp as the stores keep it (`BIGINT`): stamps past `i64::MAX` are refused, in one message

@@ -23,6 +23,10 @@ pub struct Env {
     pub topology: RabbitTopology,
     pub binary: PathBuf,
     pub publisher: ConfirmedPublisher,
+    /// The example's `BATCH_SIZE` (1: one unit per call).
+    pub batch_size: usize,
+    /// The example's `EFFECT_DELAY_MS`: its pause between a commit and the acknowledgements.
+    pub effect_delay_ms: u64,
     /// The stamp each unit id was published with.
     stamps: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
@@ -60,6 +64,8 @@ impl Env {
         Env {
             database_url,
             publisher: ConfirmedPublisher::new(amqp_url()),
+            batch_size: 1,
+            effect_delay_ms: 0,
             stamps: Default::default(),
             binary: tokio::task::spawn_blocking(|| example_binary("rabbitmq_consumer"))
                 .await
@@ -87,7 +93,8 @@ impl Env {
         self.start_acking(concurrency, "coalesced", log)
     }
 
-    /// Starts the example acknowledging in `acks` mode (`coalesced` or `per-unit`).
+    /// Starts the example acknowledging in `acks` mode (`coalesced` or `per-unit`), in batches
+    /// of [`batch_size`](Env::batch_size) units (prefetching twice as many, at least 64).
     pub fn start_acking(&self, concurrency: usize, acks: &str, log: impl Into<Stdio>) -> Running {
         Command::new(&self.binary)
             .env("ACKS", acks)
@@ -95,7 +102,9 @@ impl Env {
             .env("DATABASE_URL", self.child_database_url())
             .env("QUEUE", &self.queue)
             .env("DELIVERY_LIMIT", self.topology.delivery_limit.to_string())
-            .env("PREFETCH", "64")
+            .env("PREFETCH", (2 * self.batch_size).max(64).to_string())
+            .env("BATCH_SIZE", self.batch_size.to_string())
+            .env("EFFECT_DELAY_MS", self.effect_delay_ms.to_string())
             .env("CONCURRENCY", concurrency.to_string())
             .env("RUST_LOG", "warn")
             .stdout(log)
@@ -113,13 +122,17 @@ impl Env {
             let next = stamps.len() as u64 + 1;
             *stamps.entry(id.to_owned()).or_insert(next)
         };
-        let unit = delivery::Unit::new(id, body.to_owned()).with_stamp(delivery::Stamp(stamp));
+        self.publish_unit(
+            delivery::Unit::new(id, body.to_owned()).with_stamp(delivery::Stamp(stamp)),
+        )
+        .await;
+    }
+
+    /// Publishes `unit` as it is (with no stamp if it has none), confirmed.
+    pub async fn publish_unit(&self, unit: delivery::Unit) {
+        let body = unit.payload().clone();
         self.publisher
-            .publish(
-                &self.queue,
-                body.as_bytes(),
-                delivery::rabbitmq::properties_of(&unit),
-            )
+            .publish(&self.queue, &body, delivery::rabbitmq::properties_of(&unit))
             .await
             .unwrap();
     }

@@ -22,6 +22,8 @@ pub struct Env {
     pub stream: String,
     pub topology: RedisTopology,
     pub redis: ConnectionManager,
+    /// The example's `BATCH_SIZE` (1: one unit per call).
+    pub batch_size: usize,
     binary: PathBuf,
     delivery_limit: u32,
 }
@@ -42,6 +44,7 @@ impl Env {
             stream,
             topology,
             redis,
+            batch_size: 1,
             delivery_limit,
         };
         env.delete_keys().await;
@@ -70,6 +73,7 @@ impl Env {
             .env("CLAIM_IDLE_MS", "200")
             .env("BATCH", "32")
             .env("CONCURRENCY", concurrency.to_string())
+            .env("BATCH_SIZE", self.batch_size.to_string())
             .env("EFFECT_DELAY_MS", effect_delay_ms.to_string())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

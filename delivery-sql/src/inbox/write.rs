@@ -1,6 +1,7 @@
 //! The inbox's write side: the [`Inbox`] (a consumer and its table) and its record, in the
 //! handler's transaction, in every database ([`InboxDatabase`]).
 
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use sqlx::Transaction;
 
 use delivery_core::unit::UnitId;
 
-use crate::driver::{Exec, Sql, Value};
+use crate::driver::{Exec, Sql, Value, rows_per_statement, value_rows};
 use crate::table::Table;
 
 /// The table an [`Inbox`] keeps its records in unless [`Inbox::table`] names another.
@@ -83,6 +84,61 @@ impl Inbox {
         let args = DB::arguments(&[Value::Text(&self.consumer), Value::Text(id.as_str())])?;
         let inserted = DB::execute(Exec::Conn(&mut **tx), &sql, args).await?;
         Ok(inserted == 1)
+    }
+
+    /// Records every id of `ids` as applied by this consumer, in the caller's transaction, and
+    /// returns those recorded now, the first time: [`first_time`](Self::first_time) for a batch
+    /// of units, in one `INSERT … ON CONFLICT DO NOTHING RETURNING` (one per
+    /// [`MAX_PARAMETERS`](Sql::MAX_PARAMETERS) of ids). Apply the effect of the units it
+    /// returns, in `tx`, then commit; the others were already applied. An id given twice is
+    /// recorded once, and returned once if that is its first time.
+    ///
+    /// The ids are inserted in their sorted order, so two transactions recording overlapping
+    /// batches at once take the same order on the keys they share: the second waits for the
+    /// first to end (as with `first_time`), and neither waits on the other in a circle.
+    ///
+    /// ```no_run
+    /// # async fn handle(pool: sqlx::PgPool, ids: Vec<delivery::UnitId>) -> Result<(), sqlx::Error> {
+    /// use delivery::inbox::Inbox;
+    /// let inbox = Inbox::new("notifications");
+    /// let mut tx = pool.begin().await?;
+    /// let first = inbox.first_times(&mut tx, &ids).await?;
+    /// for id in ids.iter().filter(|id| first.contains(*id)) {
+    ///     // this unit's effect, once
+    /// }
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn first_times<DB: InboxDatabase>(
+        &self,
+        tx: &mut Transaction<'_, DB>,
+        ids: &[UnitId],
+    ) -> Result<HashSet<UnitId>, sqlx::Error> {
+        let given: BTreeMap<&str, &UnitId> = ids.iter().map(|id| (id.as_str(), id)).collect();
+        let sorted: Vec<&str> = given.keys().copied().collect();
+        let mut first = HashSet::with_capacity(sorted.len());
+        for chunk in sorted.chunks(rows_per_statement::<DB>(1, 1)) {
+            // The table name was validated as an identifier when the inbox was built.
+            let sql = format!(
+                "INSERT INTO {} (consumer, unit_id) VALUES {} \
+                 ON CONFLICT (consumer, unit_id) DO NOTHING RETURNING unit_id",
+                self.table.qualified(),
+                value_rows(chunk.len(), 1, 1)
+            );
+            let mut values = Vec::with_capacity(chunk.len() + 1);
+            values.push(Value::Text(&self.consumer));
+            values.extend(chunk.iter().map(|id| Value::Text(id)));
+            let args = DB::arguments(&values)?;
+            for row in DB::fetch_all(Exec::Conn(&mut **tx), &sql, args).await? {
+                let id = DB::text(&row, "unit_id")?;
+                let id = match given.get(id.as_str()) {
+                    Some(given) => (*given).clone(),
+                    None => UnitId::new(id),
+                };
+                first.insert(id);
+            }
+        }
+        Ok(first)
     }
 }
 
