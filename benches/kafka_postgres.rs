@@ -37,7 +37,7 @@ use delivery::kafka::client::producer::{FutureProducer, FutureRecord};
 use delivery::kafka::{KafkaSource, KafkaTopology};
 
 mod support;
-use support::{Run, env_or, interleaved, measure, report};
+use support::{Run, batch_against_per_unit, env_or, interleaved, measure, report};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
 use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, customer_of, order_unit};
@@ -102,6 +102,16 @@ async fn through_transport(
     topology.declare(&brokers()).await.unwrap();
     let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
     orders_pg::drain(source, pg, n, concurrency).await
+}
+
+async fn in_batches(topic: &str, group: String, pg: &Schema, n: u64, batch: usize) -> Run {
+    pg.empty().await;
+    let topology = KafkaTopology::new(topic, group)
+        .partitions(PARTITIONS)
+        .max_deliveries(5);
+    topology.declare(&brokers()).await.unwrap();
+    let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
+    orders_pg::drain_batches(source, pg, n, batch, 2).await
 }
 
 async fn hand_written(topic: &str, group: String, pg: &Schema, n: u64) -> Run {
@@ -178,6 +188,27 @@ async fn main() {
         &hand,
         &ours,
     );
+
+    // The example's batch handler (`BATCH_SIZE`), against the same hand-written loop.
+    let batch: usize = env_or("BENCH_BATCH", 100);
+    if batch > 1 {
+        let (hand_again, batches) = interleaved(
+            rounds,
+            async || hand_written(&topic, group("hand"), &pg, n).await,
+            async || in_batches(&topic, group("batches"), &pg, n, batch).await,
+        )
+        .await;
+        report(
+            &format!(
+                "orders into PostgreSQL in batches of {batch}, 2 at once, against one at a time by hand"
+            ),
+            &format!("{n} units, {PARTITIONS} partitions, pool {POOL}"),
+            "rdkafka + sqlx, one at a time",
+            &hand_again,
+            &batches,
+        );
+        batch_against_per_unit(&ours, &batches);
+    }
 
     pg.remove().await;
 }

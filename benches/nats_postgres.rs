@@ -26,7 +26,7 @@ use delivery::nats::{NatsSource, NatsTopology};
 use futures_util::StreamExt;
 
 mod support;
-use support::{Run, env_or, interleaved, measure, report};
+use support::{Run, batch_against_per_unit, env_or, interleaved, measure, report};
 #[path = "support/orders_pg.rs"]
 mod orders_pg;
 use orders_pg::{OrderPlaced, Schema, apply_by_hand, check, order_unit};
@@ -91,6 +91,21 @@ async fn through_transport(
         .await
         .unwrap();
     orders_pg::drain(source, pg, n, CONCURRENCY).await
+}
+
+async fn in_batches(
+    client: &async_nats::Client,
+    context: &jetstream::Context,
+    topology: &NatsTopology,
+    pg: &Schema,
+    n: u64,
+    batch: usize,
+) -> Run {
+    fresh_orders(context, topology, pg, n).await;
+    let source = NatsSource::with_client(client.clone(), topology.clone())
+        .await
+        .unwrap();
+    orders_pg::drain_batches(source, pg, n, batch, 2).await
 }
 
 async fn hand_written(
@@ -159,6 +174,31 @@ async fn main() {
         &hand,
         &ours,
     );
+
+    // The example's batch handler (`BATCH_SIZE`), against the same hand-written loop.
+    let batch: usize = env_or("BENCH_BATCH", 100);
+    if batch > 1 {
+        let topology = topology.clone().batch(batch.max(BATCH));
+        let (hand_again, batches) = interleaved(
+            rounds,
+            async || hand_written(&context, &topology, &pg, n).await,
+            async || in_batches(&client, &context, &topology, &pg, n, batch).await,
+        )
+        .await;
+        report(
+            &format!(
+                "orders into PostgreSQL in batches of {batch}, 2 at once, against one at a time by hand"
+            ),
+            &format!(
+                "{n} units, pull batch {}, pool {CONCURRENCY}",
+                batch.max(BATCH)
+            ),
+            "async-nats + sqlx, concurrency 32, one transaction per unit",
+            &hand_again,
+            &batches,
+        );
+        batch_against_per_unit(&ours, &batches);
+    }
 
     pg.remove().await;
     delete(&context, &topology).await;

@@ -120,3 +120,18 @@ pub fn report(label: &str, what: &str, client: &str, hand: &[Run], ours: &[Run])
         cpu(ours)
     );
 }
+
+/// Prints the median rate of `batches` against `per_unit`'s, delivery's per-unit handler: the
+/// gain of the batch handler.
+pub fn batch_against_per_unit(per_unit: &[Run], batches: &[Run]) {
+    if per_unit.is_empty() || batches.is_empty() {
+        return;
+    }
+    let rate = |runs: &[Run]| median(runs.iter().map(|r| r.rate).collect());
+    println!(
+        "batches against delivery's per-unit handler: {:.0}/s against {:.0}/s, {:.2}x",
+        rate(batches),
+        rate(per_unit),
+        rate(batches) / rate(per_unit)
+    );
+}

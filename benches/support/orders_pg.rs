@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use delivery::batch::{Batch, BatchHandler, BatchOutcome};
+use delivery::extract::Malformed;
 use delivery::{Stamp, Unit, disposition::Outcome, handler::Handler};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row};
@@ -91,6 +93,71 @@ pub async fn drain<Src: delivery::transport::Source>(
             .state(app(&pg.db))
             .concurrency(concurrency)
             .shutdown_on(async move { finished.notified().await })
+            .run(handler)
+            .await;
+        assert_eq!(report.acked, n, "{report:?}");
+    })
+    .await;
+    check(&pg.db, n).await;
+    run
+}
+
+/// The example's batch handler, counting the units its batches applied: the last one stops the
+/// consumer.
+pub struct CountedBatches {
+    done: Arc<AtomicU64>,
+    target: u64,
+    finished: Arc<Notify>,
+}
+
+impl BatchHandler<orders::App> for CountedBatches {
+    type Item = <orders::apply_orders as BatchHandler<orders::App>>::Item;
+
+    fn decode(&self, unit: &Unit, state: &orders::App) -> Result<Self::Item, Malformed> {
+        orders::apply_orders.decode(unit, state)
+    }
+
+    fn call(
+        &self,
+        batch: Batch<Self::Item>,
+        state: &orders::App,
+    ) -> impl Future<Output = BatchOutcome> + Send + 'static {
+        let n = batch.len() as u64;
+        let run = orders::apply_orders.call(batch, state);
+        let (done, target, finished) = (self.done.clone(), self.target, self.finished.clone());
+        async move {
+            let outcome = run.await;
+            if done.fetch_add(n, Ordering::Relaxed) + n >= target {
+                finished.notify_one();
+            }
+            outcome
+        }
+    }
+}
+
+/// `source` drained of its `n` orders by a `Consumer` running the example's batch handler
+/// (`apply_orders`) in batches of up to `batch` (`BENCH_MAX_WAIT_MS`, default 20 ms), `at_once` batches at a time,
+/// measured from the consumer's start to the last unit settled; then every order checked applied
+/// once.
+pub async fn drain_batches<Src: delivery::transport::Source>(
+    source: Src,
+    pg: &Schema,
+    n: u64,
+    batch: usize,
+    at_once: usize,
+) -> crate::support::Run {
+    let finished = Arc::new(Notify::new());
+    let handler = CountedBatches {
+        done: Arc::new(AtomicU64::new(0)),
+        target: n,
+        finished: finished.clone(),
+    };
+    let run = crate::support::measure(n, async {
+        let report = delivery::Consumer::new(source)
+            .state(app(&pg.db))
+            .concurrency(at_once)
+            .shutdown_on(async move { finished.notified().await })
+            .batch(batch, Duration::from_millis(crate::support::env_or("BENCH_MAX_WAIT_MS", 20)))
             .run(handler)
             .await;
         assert_eq!(report.acked, n, "{report:?}");

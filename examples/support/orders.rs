@@ -103,9 +103,9 @@ fn confirmations() -> Inbox {
 /// One unit: `{"order_id": str, "customer_id": str, "amount_cents": int}`.
 #[derive(Deserialize)]
 pub struct OrderPlaced {
-    order_id: String,
-    customer_id: String,
-    amount_cents: i64,
+    pub order_id: String,
+    pub customer_id: String,
+    pub amount_cents: i64,
 }
 
 /// The handler's state.
