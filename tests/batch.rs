@@ -286,7 +286,7 @@ async fn a_failure_of_the_effect_itself_returns_the_batch_after_a_few_runs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_hold_at_most_max_size_and_a_partial_one_runs_after_max_wait() {
+async fn batches_hold_at_most_max_size_and_a_partial_one_runs_when_no_unit_waits() {
     let broker = MemoryBroker::new();
     for seq in 0..25 {
         broker.publish(
@@ -374,4 +374,24 @@ async fn on_a_log_every_offset_is_committed_once_its_batch_settled() {
             "partition {partition} committed to its end"
         );
     }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn at_a_low_rate_a_unit_runs_at_once_not_after_max_wait() {
+    let broker = MemoryBroker::new();
+    let seen = Seen::default();
+    let consumer = consumer_of(&broker, "trickle")
+        .state(seen.clone())
+        .batch(100, Duration::from_secs(3600));
+    let start = tokio::time::Instant::now();
+    broker.publish("trickle", Unit::new("u-1", step("k1", 1)));
+    let report = consumer.run(apply).await;
+    assert_eq!(report.acked, 1);
+    // The clock is paused: had the unit waited out `max_wait`, an hour would have passed.
+    assert!(
+        start.elapsed() < Duration::from_secs(3600),
+        "ran after {:?}",
+        start.elapsed()
+    );
+    assert_eq!(seen.runs().len(), 1);
 }

@@ -157,7 +157,10 @@ pub async fn drain_batches<Src: delivery::transport::Source>(
             .state(app(&pg.db))
             .concurrency(at_once)
             .shutdown_on(async move { finished.notified().await })
-            .batch(batch, Duration::from_millis(crate::support::env_or("BENCH_MAX_WAIT_MS", 20)))
+            .batch(
+                batch,
+                Duration::from_millis(crate::support::env_or("BENCH_MAX_WAIT_MS", 20)),
+            )
             .run(handler)
             .await;
         assert_eq!(report.acked, n, "{report:?}");

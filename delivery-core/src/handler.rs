@@ -27,6 +27,12 @@ pub trait Handler<S>: Send + Sync + 'static {
 
     /// Resolves the parameters from `unit` and `state`, then runs the handler.
     fn call(&self, unit: &Unit, state: &S) -> impl Future<Output = Outcome> + Send + 'static;
+
+    /// Called by the runtime whenever the source has no unit waiting: a batch handler runs the
+    /// batch it is gathering now rather than wait for units that are not there.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn source_idle(&self) {}
 }
 
 /// A handler's return value, turned into an [`Outcome`].
@@ -96,6 +102,11 @@ impl<S, H: Handler<S>> Handler<S> for Timed<H> {
                 Err(_) => timed_out(limit),
             }
         }
+    }
+
+    #[inline(always)]
+    fn source_idle(&self) {
+        self.handler.source_idle();
     }
 }
 

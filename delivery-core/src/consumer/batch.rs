@@ -4,7 +4,8 @@
 //! key, settled by the [`Settler`](super::settle::Settler) with its own handle, released at the
 //! drain deadline — and its handler is [`Batched`]: it decodes the unit (a malformed one ends its
 //! run at once), then joins the batch being gathered. The unit that opened the batch leads it:
-//! once the batch is full, or `max_wait` after it opened, it runs the handler over the batch
+//! once the batch is full, or the source has no unit waiting ([`Handler::source_idle`]), or
+//! `max_wait` after it opened — and a place to run it is free — it runs the handler over the batch
 //! ([`run_batch`]: halving a failed batch down to single units) and answers every unit's run with
 //! that unit's own outcome. Each unit is then settled by its own run, after the handler returned
 //! (rule 1).
@@ -13,6 +14,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::mem;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,9 +40,11 @@ pub struct Batches<Src, S> {
 
 impl<Src: Source, S> Consumer<Src, S> {
     /// Runs a batch handler (a `#[consumer]` taking a [`Batch`](crate::Batch)): up to
-    /// `max_size` units per run of the handler (at least 1). A batch runs once it is full, or
-    /// `max_wait` after its first unit arrived, whichever comes first: a unit never waits longer
-    /// for its batch to fill. Set the consumer's other settings first; `.run(handler)` follows.
+    /// `max_size` units per run of the handler (at least 1). A batch runs once it is full; or,
+    /// while a place to run it is free, as soon as the source has no unit waiting; and at the
+    /// latest `max_wait` after its first unit arrived: a unit never waits longer for its batch to
+    /// fill. So at a low rate a unit runs at once, and under load, with every place taken,
+    /// batches fill. Set the consumer's other settings first; `.run(handler)` follows.
     ///
     /// Up to [`concurrency`](Self::concurrency) batches run at once, and one more fills
     /// meanwhile (each unit held unsettled until its batch settled it: on RabbitMQ, give the
@@ -93,6 +97,7 @@ impl<Src: Source, S: Send + Sync + 'static> Batches<Src, S> {
                 max_size,
                 max_wait,
                 running: Semaphore::new(at_once),
+                idle: AtomicBool::new(false),
             }),
             state: PhantomData,
         };
@@ -116,12 +121,17 @@ struct Gather<I> {
     /// A place per batch that may run at once (the consumer's concurrency): a batch ready to run
     /// waits here, still open to units until it is full.
     running: Semaphore,
+    /// The source had no unit waiting, and none arrived since.
+    idle: AtomicBool,
 }
 
 /// A batch being gathered: its units so far, and the signal that it is full.
 struct Forming<I> {
     members: Mutex<Vec<Member<I>>>,
+    /// Closed to new units: full, or the source idle while it holds a place.
     full: Notify,
+    /// It holds a place to run: the source found idle closes it.
+    placed: AtomicBool,
 }
 
 /// A unit of a batch: the unit, its item (taken for the first run), and where its run waits for
@@ -143,6 +153,7 @@ enum Joined<I> {
 impl<I> Gather<I> {
     fn join(&self, unit: Unit, item: I) -> Joined<I> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.idle.store(false, Ordering::Relaxed);
         let (forming, answer, joined) = match &*open {
             Some(forming) => {
                 let (answer, waiting) = oneshot::channel();
@@ -152,6 +163,7 @@ impl<I> Gather<I> {
                 let forming = Arc::new(Forming {
                     members: Mutex::new(Vec::with_capacity(self.max_size)),
                     full: Notify::new(),
+                    placed: AtomicBool::new(false),
                 });
                 *open = Some(forming.clone());
                 (forming.clone(), None, Joined::Leads(forming))
@@ -205,6 +217,17 @@ where
     S: Send + Sync + 'static,
     H: BatchHandler<S>,
 {
+    /// The source has no unit waiting: the batch gathering runs now if it holds a place, rather
+    /// than wait for units that are not there (under load, every place is taken and batches
+    /// fill; at a low rate, a unit runs at once).
+    fn source_idle(&self) {
+        let mut open = self.gather.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.gather.idle.store(true, Ordering::Relaxed);
+        if let Some(forming) = open.take_if(|forming| forming.placed.load(Ordering::Relaxed)) {
+            forming.full.notify_one();
+        }
+    }
+
     fn call(&self, unit: &Unit, state: &Arc<S>) -> impl Future<Output = Outcome> + Send + 'static {
         // A stamp no store can hold, or a unit that does not decode: malformed, never batched.
         let decoded = <Option<Stamp> as FromUnit<S>>::from_unit(unit, state)
@@ -224,12 +247,22 @@ where
                         gather: &gather,
                         forming,
                     };
-                    let _ = tokio::time::timeout(gather.max_wait, leading.forming.full.notified())
-                        .await;
+                    let until = tokio::time::Instant::now() + gather.max_wait;
                     // Every place taken: the batch keeps filling meanwhile.
                     let Ok(_place) = gather.running.acquire().await else {
                         unreachable!("the semaphore is never closed")
                     };
+                    // Until it is full, the source has nothing more, or its first unit waited
+                    // `max_wait`.
+                    let idle = {
+                        let _open = gather.open.lock().unwrap_or_else(|e| e.into_inner());
+                        leading.forming.placed.store(true, Ordering::Relaxed);
+                        gather.idle.load(Ordering::Relaxed)
+                    };
+                    if !idle {
+                        let closed = leading.forming.full.notified();
+                        let _ = tokio::time::timeout_at(until, closed).await;
+                    }
                     gather.close(&leading.forming);
                     let members = mem::take(
                         &mut *leading

@@ -101,6 +101,7 @@ where
         let mut receiving = Loop {
             source: &mut source,
             process: |unit, handle, key, stamp| process(unit, handle, &env, key, stamp),
+            idle: || env.handler.source_idle(),
             capacity: concurrency,
             lanes,
             ready: VecDeque::new(),
@@ -147,10 +148,12 @@ where
 /// Ordered by key (`lanes`), a unit whose key has one running waits in its lane instead
 /// (`order.rs`), counted against the capacity, kept alive as a running one is, and runs as soon
 /// as that one settled (`ready`).
-struct Loop<'a, Src: Source, P, F> {
+struct Loop<'a, Src: Source, P, I, F> {
     source: &'a mut Src,
     /// A unit's run: `process`, with the run's [`Env`].
     process: P,
+    /// Told that the source has no unit waiting ([`Handler::source_idle`]), while units run.
+    idle: I,
     capacity: usize,
     lanes: Option<Lanes<Src::Handle>>,
     /// Units their keys' lanes handed over (the unit before settled, or a lane gave up waiting
@@ -169,10 +172,11 @@ struct Loop<'a, Src: Source, P, F> {
     stopped: bool,
 }
 
-impl<Src, P, F> Loop<'_, Src, P, F>
+impl<Src, P, I, F> Loop<'_, Src, P, I, F>
 where
     Src: Source,
     P: FnMut(Unit, Src::Handle, Option<Bytes>, bool) -> F,
+    I: Fn(),
     F: Future<Output = Done>,
 {
     /// Receives and runs units until the shutdown signal or the end of the source.
@@ -214,7 +218,7 @@ where
                                 self.done(done);
                                 continue;
                             }
-                            received = self.source.receive(), if room => received,
+                            received = Idle(pin!(self.source.receive()), &self.idle), if room => received,
                             () = tokio::time::sleep_until(expiry.unwrap_or_else(far_future)), if expiry.is_some() => {
                                 self.lane_expired().await;
                                 continue;
@@ -382,6 +386,8 @@ where
         let mut deadline = pin!(tokio::time::sleep(self.drain_deadline));
         let mut abandoned = false;
         loop {
+            // Nothing more comes from the stopped source.
+            (self.idle)();
             tokio::select! {
                 next = self.inflight.next() => match next {
                     Some(done) => count(self.report, done.settled),
@@ -437,6 +443,22 @@ where
             _ = &mut sweep => return finished,
             Some(done) = inflight.next() => finished.push(done),
         }
+    }
+}
+
+/// A receive that tells `idle` each time it finds no unit waiting.
+struct Idle<'a, R, I>(Pin<&'a mut R>, &'a I);
+
+impl<R: Future, I: Fn()> Future for Idle<'_, R, I> {
+    type Output = R::Output;
+
+    #[inline(always)]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R::Output> {
+        let polled = self.0.as_mut().poll(cx);
+        if polled.is_pending() {
+            (self.1)();
+        }
+        polled
     }
 }
 

@@ -20,7 +20,8 @@ use crate::unit::Unit;
 /// `key = value` written, or none. A unit scripted to fail (`fail_until`) or be refused
 /// (`reject`) fails the whole batch, as a failing row fails a transaction; a unit scripted to
 /// hang after the effect (`hang_after_effect_until`) hangs the batch after the whole batch was
-/// written, the first time its key comes.
+/// written, and one scripted to hang before it (`hang_once_on`) hangs it before, the first time
+/// its key comes; a slow unit (`sleep_ms`) makes the batch that long.
 #[derive(Clone, Copy)]
 struct ScriptedBatch;
 
@@ -38,7 +39,7 @@ impl BatchHandler<Store> for ScriptedBatch {
     ) -> impl Future<Output = BatchOutcome> + Send + 'static {
         let store = store.clone();
         async move {
-            let mut hang = false;
+            let (mut hang, mut hang_before, mut sleep_ms) = (false, false, 0);
             for item in &batch {
                 let (script, count) = (item.value(), item.delivery_count().get());
                 store.runs.lock().unwrap().push((script.key.clone(), count));
@@ -54,14 +55,21 @@ impl BatchHandler<Store> for ScriptedBatch {
                         script.key
                     )));
                 }
-                if count < script.hang_after_effect_until {
+                let after = count < script.hang_after_effect_until;
+                if after || count == script.hang_once_on {
                     let mut hung = store.hung.lock().unwrap();
                     if !hung.contains(&script.key) {
                         hung.push(script.key.clone());
-                        hang = true;
+                        hang |= after;
+                        hang_before |= !after;
                     }
                 }
+                sleep_ms = sleep_ms.max(script.sleep_ms);
             }
+            if hang_before {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(Duration::from_millis(sleep_ms)).await;
             {
                 let mut rows = store.rows.lock().unwrap();
                 let mut writes = store.writes.lock().unwrap();
@@ -81,14 +89,15 @@ impl BatchHandler<Store> for ScriptedBatch {
     }
 }
 
-/// A batch consumer of `name` (batches of up to `max_size`, `max_wait`; one batch at a time),
-/// in a task, stopping when `stop` is notified.
+/// A batch consumer of `name` (batches of up to `max_size`, `max_wait`; `at_once` batches at a
+/// time), in a task, stopping when `stop` is notified; and its health.
+#[allow(clippy::too_many_arguments)]
 async fn batches<F: Fixture>(
     fixture: &F,
     name: &str,
     store: &Store,
     max_deliveries: u32,
-    (max_size, max_wait): (usize, Duration),
+    (max_size, max_wait, at_once): (usize, Duration, usize),
     drain_deadline: Duration,
     stop: &Arc<tokio::sync::Notify>,
 ) -> (tokio::task::JoinHandle<Report>, Health) {
@@ -99,7 +108,7 @@ async fn batches<F: Fixture>(
     let running = tokio::spawn(
         consumer
             .state(store.clone())
-            .concurrency(1)
+            .concurrency(at_once)
             .max_deliveries(max_deliveries)
             .backoff(Backoff::exponential(
                 Duration::from_millis(10),
@@ -139,7 +148,7 @@ pub async fn a_poison_unit_in_a_batch_isolates_itself<F: Fixture>(fixture: &F) {
     }
     let store = Store::default();
     let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (16, Duration::from_millis(200));
+    let sizing = (16, Duration::from_millis(200), 1);
     let (running, _) = batches(
         fixture,
         &name,
@@ -209,7 +218,8 @@ pub async fn a_crash_mid_batch_loses_nothing<F: Fixture>(fixture: &F) {
     }
     let store = Store::default();
     let never = Arc::new(tokio::sync::Notify::new());
-    let sizing = (keys.len(), Duration::from_secs(1));
+    // As many places as units: a batch that hangs holds no other back, however the units split.
+    let sizing = (keys.len(), Duration::from_secs(1), keys.len());
     let (crashed, _) = batches(
         fixture,
         &name,
@@ -225,7 +235,7 @@ pub async fn a_crash_mid_batch_loses_nothing<F: Fixture>(fixture: &F) {
     crashed.abort();
     let _ = crashed.await;
     let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (keys.len(), Duration::from_millis(100));
+    let sizing = (keys.len(), Duration::from_millis(100), 1);
     let (again, _) = batches(
         fixture,
         &name,
@@ -263,37 +273,37 @@ pub async fn a_crash_mid_batch_loses_nothing<F: Fixture>(fixture: &F) {
     assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
-/// Rule 1: at shutdown, a partial batch still waiting to fill runs within the drain deadline and
-/// is acknowledged; one that cannot (its wait longer than the deadline) is released unrun, and
-/// the next consumer applies it. Nothing is lost either way.
+/// Rule 1: at shutdown, a partial batch waiting for a place to run (the one place taken by a
+/// batch still running) runs within the drain deadline once the place frees, and is
+/// acknowledged; one that cannot (the running batch hangs past the deadline) is released with
+/// it, never acknowledged, and the next consumer applies them all. Nothing is lost either way.
 pub async fn a_partial_batch_at_shutdown_runs_or_is_released<F: Fixture>(fixture: &F) {
     const CHECK: &str = "a_partial_batch_at_shutdown_runs_or_is_released";
     let name = queue("batch-shutdown");
     fixture.declare(&name, 5).await;
     let store = Store::default();
-    // Drained: the batch's wait (1 s) ends within the drain deadline (5 s).
+    // Drained: the running batch takes a second; the drain deadline is five.
+    let slow = r#"{"key":"slow","value":1,"sleep_ms":1000}"#;
     let drained: Vec<String> = (0..3).map(|i| format!("d{i}")).collect();
-    let sizing = (100, Duration::from_secs(1));
-    let report = stopped_while_gathering(fixture, &name, &store, &drained, sizing, 5_000).await;
+    let report = stopped_behind(fixture, &name, &store, slow, &drained, 5_000).await;
     assert_eq!(
         (report.acked, report.returned),
-        (3, 0),
+        (4, 0),
         "conformance `{CHECK}`: the partial batch ran at shutdown: {report:?}"
     );
     assert!(drained.iter().all(|k| store.rows().contains_key(k)));
-    // Released: the batch would wait a minute; the drain deadline is half a second.
+    // Released: the running batch hangs; the drain deadline is half a second.
+    let stuck = r#"{"key":"stuck","value":1,"hang_once_on":1}"#;
     let released: Vec<String> = (0..3).map(|i| format!("r{i}")).collect();
-    let sizing = (100, Duration::from_secs(60));
-    let report = stopped_while_gathering(fixture, &name, &store, &released, sizing, 500).await;
+    let report = stopped_behind(fixture, &name, &store, stuck, &released, 500).await;
     assert_eq!(
         (report.acked, report.returned),
-        (0, 3),
-        "conformance `{CHECK}`: the partial batch was released unrun: {report:?}"
+        (0, 4),
+        "conformance `{CHECK}`: the partial batch and the one running were released: {report:?}"
     );
-    assert!(released.iter().all(|k| store.runs_of(k).is_empty()));
     // The next consumer gets them again and applies them.
     let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (100, Duration::from_millis(50));
+    let sizing = (100, Duration::from_millis(50), 1);
     let (last, _) = batches(
         fixture,
         &name,
@@ -305,7 +315,8 @@ pub async fn a_partial_batch_at_shutdown_runs_or_is_released<F: Fixture>(fixture
     )
     .await;
     until(CHECK, &store, |s| {
-        released.iter().all(|k| s.rows().contains_key(k))
+        let rows = s.rows();
+        rows.contains_key("stuck") && released.iter().all(|k| rows.contains_key(k))
     })
     .await;
     stop.notify_one();
@@ -313,30 +324,39 @@ pub async fn a_partial_batch_at_shutdown_runs_or_is_released<F: Fixture>(fixture
     assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
-/// Publishes a unit per key, starts a batch consumer, and stops it once every unit is received
-/// and waiting in its partial batch: its report.
-async fn stopped_while_gathering<F: Fixture>(
+/// Starts a batch consumer with one place, publishes `first` and waits until its batch runs,
+/// then publishes a unit per key, which gather behind it; stops the consumer once they are all
+/// received: its report.
+async fn stopped_behind<F: Fixture>(
     fixture: &F,
     name: &str,
     store: &Store,
+    first: &str,
     keys: &[String],
-    sizing: (usize, Duration),
     drain_ms: u64,
 ) -> Report {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let drain = Duration::from_millis(drain_ms);
+    let sizing = (100, Duration::from_secs(60), 1);
+    let (running, health) = batches(fixture, name, store, 5, sizing, drain, &stop).await;
+    let id = format!("batch-first-{}", keys[0]);
+    fixture.publish(name, Unit::new(id, first.to_owned())).await;
+    let first_key = serde_json::from_str::<Script>(first).expect("a script").key;
+    until("stopped_behind", store, |s| {
+        !s.runs_of(&first_key).is_empty()
+    })
+    .await;
     for key in keys {
         fixture
             .publish(name, Unit::new(format!("batch-{key}"), script(key, 1)))
             .await;
     }
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let drain = Duration::from_millis(drain_ms);
-    let (running, health) = batches(fixture, name, store, 5, sizing, drain, &stop).await;
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while health.snapshot().in_flight < keys.len() as u64 {
+    while health.snapshot().in_flight < keys.len() as u64 + 1 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "conformance: {} units never all received",
-            keys.len()
+            keys.len() + 1
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
