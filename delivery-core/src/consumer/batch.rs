@@ -242,40 +242,49 @@ where
                 Ok(Joined::Follows(answer)) => answer.await.unwrap_or_else(|_| {
                     Outcome::Failed("its batch stopped before it finished".to_owned())
                 }),
-                Ok(Joined::Leads(forming)) => {
-                    let leading = Leading {
-                        gather: &gather,
-                        forming,
-                    };
-                    let until = tokio::time::Instant::now() + gather.max_wait;
-                    // Every place taken: the batch keeps filling meanwhile.
-                    let Ok(_place) = gather.running.acquire().await else {
-                        unreachable!("the semaphore is never closed")
-                    };
-                    // Until it is full, the source has nothing more, or its first unit waited
-                    // `max_wait`.
-                    let idle = {
-                        let _open = gather.open.lock().unwrap_or_else(|e| e.into_inner());
-                        leading.forming.placed.store(true, Ordering::Relaxed);
-                        gather.idle.load(Ordering::Relaxed)
-                    };
-                    if !idle {
-                        let closed = leading.forming.full.notified();
-                        let _ = tokio::time::timeout_at(until, closed).await;
-                    }
-                    gather.close(&leading.forming);
-                    let members = mem::take(
-                        &mut *leading
-                            .forming
-                            .members
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner()),
-                    );
-                    run_batch(&*handler, &state, members).await
-                }
+                // Out of line: every unit's run holds this future, and only one in a batch
+                // leads it.
+                Ok(Joined::Leads(forming)) => Box::pin(lead(gather, forming, handler, state)).await,
             }
         }
     }
+}
+
+/// The run of the unit that opened a batch: waits for a place to run it (the batch fills
+/// meanwhile), then until it is full, the source has nothing more, or its first unit waited
+/// `max_wait`; then runs it.
+async fn lead<S, H: BatchHandler<S>>(
+    gather: Arc<Gather<H::Item>>,
+    forming: Arc<Forming<H::Item>>,
+    handler: Arc<H>,
+    state: Arc<S>,
+) -> Outcome {
+    let leading = Leading {
+        gather: &gather,
+        forming,
+    };
+    let until = tokio::time::Instant::now() + gather.max_wait;
+    let Ok(_place) = gather.running.acquire().await else {
+        unreachable!("the semaphore is never closed")
+    };
+    let idle = {
+        let _open = gather.open.lock().unwrap_or_else(|e| e.into_inner());
+        leading.forming.placed.store(true, Ordering::Relaxed);
+        gather.idle.load(Ordering::Relaxed)
+    };
+    if !idle {
+        let closed = leading.forming.full.notified();
+        let _ = tokio::time::timeout_at(until, closed).await;
+    }
+    gather.close(&leading.forming);
+    let members = mem::take(
+        &mut *leading
+            .forming
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()),
+    );
+    run_batch(&*handler, &state, members).await
 }
 
 /// Runs `handler` over `members` and answers each with its own outcome; returns the leading
