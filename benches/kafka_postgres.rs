@@ -93,6 +93,7 @@ async fn through_transport(
     pg: &Schema,
     n: u64,
     concurrency: usize,
+    batch: Option<usize>,
 ) -> Run {
     pg.empty().await;
     let topology = KafkaTopology::new(topic, group)
@@ -101,17 +102,10 @@ async fn through_transport(
     // The group's own retry, dead-letter and attempts topics (not timed).
     topology.declare(&brokers()).await.unwrap();
     let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
-    orders_pg::drain(source, pg, n, concurrency).await
-}
-
-async fn in_batches(topic: &str, group: String, pg: &Schema, n: u64, batch: usize) -> Run {
-    pg.empty().await;
-    let topology = KafkaTopology::new(topic, group)
-        .partitions(PARTITIONS)
-        .max_deliveries(5);
-    topology.declare(&brokers()).await.unwrap();
-    let source = KafkaSource::connect(&brokers(), topology).await.unwrap();
-    orders_pg::drain_batches(source, pg, n, batch, 2).await
+    match batch {
+        None => orders_pg::drain(source, pg, n, concurrency).await,
+        Some(batch) => orders_pg::drain_batches(source, pg, n, batch, concurrency).await,
+    }
 }
 
 async fn hand_written(topic: &str, group: String, pg: &Schema, n: u64) -> Run {
@@ -176,7 +170,7 @@ async fn main() {
     let (hand, ours) = interleaved(
         rounds,
         async || hand_written(&topic, group("hand"), &pg, n).await,
-        async || through_transport(&topic, group("delivery"), &pg, n, concurrency).await,
+        async || through_transport(&topic, group("delivery"), &pg, n, concurrency, None).await,
     )
     .await;
     report(
@@ -195,7 +189,7 @@ async fn main() {
         let (hand_again, batches) = interleaved(
             rounds,
             async || hand_written(&topic, group("hand"), &pg, n).await,
-            async || in_batches(&topic, group("batches"), &pg, n, batch).await,
+            async || through_transport(&topic, group("batches"), &pg, n, 2, Some(batch)).await,
         )
         .await;
         report(

@@ -85,27 +85,16 @@ async fn through_transport(
     topology: &NatsTopology,
     pg: &Schema,
     n: u64,
+    batch: Option<usize>,
 ) -> Run {
     fresh_orders(context, topology, pg, n).await;
     let source = NatsSource::with_client(client.clone(), topology.clone())
         .await
         .unwrap();
-    orders_pg::drain(source, pg, n, CONCURRENCY).await
-}
-
-async fn in_batches(
-    client: &async_nats::Client,
-    context: &jetstream::Context,
-    topology: &NatsTopology,
-    pg: &Schema,
-    n: u64,
-    batch: usize,
-) -> Run {
-    fresh_orders(context, topology, pg, n).await;
-    let source = NatsSource::with_client(client.clone(), topology.clone())
-        .await
-        .unwrap();
-    orders_pg::drain_batches(source, pg, n, batch, 2).await
+    match batch {
+        None => orders_pg::drain(source, pg, n, CONCURRENCY).await,
+        Some(batch) => orders_pg::drain_batches(source, pg, n, batch, 2).await,
+    }
 }
 
 async fn hand_written(
@@ -164,7 +153,7 @@ async fn main() {
     let (hand, ours) = interleaved(
         rounds,
         async || hand_written(&context, &topology, &pg, n).await,
-        async || through_transport(&client, &context, &topology, &pg, n).await,
+        async || through_transport(&client, &context, &topology, &pg, n, None).await,
     )
     .await;
     report(
@@ -182,7 +171,7 @@ async fn main() {
         let (hand_again, batches) = interleaved(
             rounds,
             async || hand_written(&context, &topology, &pg, n).await,
-            async || in_batches(&client, &context, &topology, &pg, n, batch).await,
+            async || through_transport(&client, &context, &topology, &pg, n, Some(batch)).await,
         )
         .await;
         report(

@@ -34,7 +34,6 @@ use delivery::disposition::Outcome;
 use delivery::extract::Malformed;
 use delivery::handler::Handler;
 use delivery::lapin::options::BasicAckOptions;
-use delivery::lapin::types::AMQPValue;
 use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
 use delivery::{Consumer, Stamp, Unit, UnitId};
 use futures_util::StreamExt;
@@ -208,15 +207,7 @@ fn decoded(delivery: &delivery::lapin::message::Delivery) -> (String, i64, order
         .as_ref()
         .unwrap()
         .to_string();
-    let stamp = match delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get("x-delivery-stamp"))
-    {
-        Some(AMQPValue::LongLongInt(stamp)) => *stamp,
-        other => panic!("a stamp: {other:?}"),
-    };
+    let stamp = rabbitmq::stamp_of(delivery);
     (id, stamp, serde_json::from_slice(&delivery.data).unwrap())
 }
 

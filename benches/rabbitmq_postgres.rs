@@ -21,7 +21,6 @@
 //! and the broker's not included).
 
 use delivery::lapin::options::BasicAckOptions;
-use delivery::lapin::types::AMQPValue;
 use delivery::rabbitmq::{AckMode, RabbitSource, RabbitTopology};
 use futures_util::StreamExt;
 
@@ -69,15 +68,7 @@ async fn hand_written(topology: &RabbitTopology, pg: &Schema, n: u64) -> Run {
             .for_each_concurrent(CONCURRENCY, |delivery| async move {
                 let delivery = delivery.unwrap();
                 let id = delivery.properties.message_id().as_ref().unwrap().as_str();
-                let stamp = match delivery
-                    .properties
-                    .headers()
-                    .as_ref()
-                    .and_then(|h| h.inner().get("x-delivery-stamp"))
-                {
-                    Some(AMQPValue::LongLongInt(stamp)) => *stamp,
-                    other => panic!("a stamp: {other:?}"),
-                };
+                let stamp = rabbitmq::stamp_of(&delivery);
                 let order: OrderPlaced = serde_json::from_slice(&delivery.data).unwrap();
                 apply_by_hand(db, id, stamp, &order).await.unwrap();
                 assert!(delivery.ack(BasicAckOptions::default()).await.unwrap());

@@ -117,3 +117,16 @@ pub fn ack_modes() -> Vec<(&'static str, delivery::rabbitmq::AckMode)> {
     .filter(|(label, _)| only.is_empty() || label.starts_with(only.as_str()))
     .collect()
 }
+
+/// The stamp its producer published a delivery with (`x-delivery-stamp`, an integer).
+pub fn stamp_of(delivery: &delivery::lapin::message::Delivery) -> i64 {
+    match delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get("x-delivery-stamp"))
+    {
+        Some(delivery::lapin::types::AMQPValue::LongLongInt(stamp)) => *stamp,
+        other => panic!("a stamp: {other:?}"),
+    }
+}

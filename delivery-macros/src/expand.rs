@@ -217,15 +217,7 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
         // report a failure is refused here.
         let outcome = format_ident!("{}", runtime.outcome);
         let outcome_fn = checked.output.as_ref().map(|ty| {
-            let (start, end) = span::range(ty);
-            let convert = span::call(
-                start,
-                end,
-                quote!(#private::Returned::new),
-                quote!(__delivery_returned),
-            );
-            let method = format_ident!("{}", runtime.convert);
-            let convert = span::expr(start, end, quote!((&&#convert).#method()));
+            let convert = converted(ty, &private, runtime.convert);
             let via = runtime
                 .convert_traits
                 .iter()
@@ -332,6 +324,21 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
     }
 }
 
+/// The return value converted by its first route (autoref specialization):
+/// `(&&Returned::new(__delivery_returned)).method()`, spanned to the return type `ty`, so a type
+/// that cannot report a failure is refused on it.
+fn converted(ty: &syn::Type, private: &TokenStream, method: &str) -> TokenStream {
+    let (start, end) = span::range(ty);
+    let returned = span::call(
+        start,
+        end,
+        quote!(#private::Returned::new),
+        quote!(__delivery_returned),
+    );
+    let method = format_ident!("{}", method);
+    span::expr(start, end, quote!((&&#returned).#method()))
+}
+
 /// The type a parameter is resolved with: its own, or a batch's item type for `Batch<T>`.
 fn extracted(checked: &Checked, i: usize) -> &syn::Type {
     match &checked.batch {
@@ -365,14 +372,7 @@ impl BatchImpl<'_> {
             item,
         } = self;
         let outcome_fn = checked.output.as_ref().map(|ty| {
-            let (start, end) = span::range(ty);
-            let convert = span::call(
-                start,
-                end,
-                quote!(#private::Returned::new),
-                quote!(__delivery_returned),
-            );
-            let convert = span::expr(start, end, quote!((&&#convert).batch_outcome()));
+            let convert = converted(ty, private, "batch_outcome");
             quote! {
                 #[allow(dead_code)]
                 fn __delivery_outcome(__delivery_returned: #ty) -> #private::BatchOutcome {

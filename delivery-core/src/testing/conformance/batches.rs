@@ -89,37 +89,68 @@ impl BatchHandler<Store> for ScriptedBatch {
     }
 }
 
-/// A batch consumer of `name` (batches of up to `max_size`, `max_wait`; `at_once` batches at a
-/// time), in a task, stopping when `stop` is notified; and its health.
-#[allow(clippy::too_many_arguments)]
-async fn batches<F: Fixture>(
-    fixture: &F,
-    name: &str,
-    store: &Store,
+/// A batch consumer's settings in a check: batches of up to `max_size` units, `max_wait`,
+/// `at_once` batches at a time, bound `max_deliveries`, drain deadline `drain`.
+#[derive(Clone, Copy)]
+struct Batching {
     max_deliveries: u32,
-    (max_size, max_wait, at_once): (usize, Duration, usize),
-    drain_deadline: Duration,
-    stop: &Arc<tokio::sync::Notify>,
-) -> (tokio::task::JoinHandle<Report>, Health) {
-    let source = fixture.consume(name).await;
-    let stop = stop.clone();
-    let consumer = Consumer::new(source);
-    let health = consumer.health();
-    let running = tokio::spawn(
-        consumer
-            .state(store.clone())
-            .concurrency(at_once)
-            .max_deliveries(max_deliveries)
-            .backoff(Backoff::exponential(
-                Duration::from_millis(10),
-                Duration::from_millis(50),
-            ))
-            .drain_deadline(drain_deadline)
-            .shutdown_on(async move { stop.notified().await })
-            .batch(max_size, max_wait)
-            .run(ScriptedBatch),
-    );
-    (running, health)
+    max_size: usize,
+    max_wait: Duration,
+    at_once: usize,
+    drain: Duration,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching {
+            max_deliveries: 5,
+            max_size: 100,
+            max_wait: Duration::from_millis(50),
+            at_once: 1,
+            drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A batch consumer running in a task.
+struct Running {
+    task: tokio::task::JoinHandle<Report>,
+    health: Health,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl Batching {
+    /// Starts a batch consumer of `name` with these settings.
+    async fn start<F: Fixture>(self, fixture: &F, name: &str, store: &Store) -> Running {
+        let source = fixture.consume(name).await;
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let consumer = Consumer::new(source);
+        let health = consumer.health();
+        let signal = stop.clone();
+        let task = tokio::spawn(
+            consumer
+                .state(store.clone())
+                .concurrency(self.at_once)
+                .max_deliveries(self.max_deliveries)
+                .backoff(Backoff::exponential(
+                    Duration::from_millis(10),
+                    Duration::from_millis(50),
+                ))
+                .drain_deadline(self.drain)
+                .shutdown_on(async move { signal.notified().await })
+                .batch(self.max_size, self.max_wait)
+                .run(ScriptedBatch),
+        );
+        Running { task, health, stop }
+    }
+}
+
+impl Running {
+    /// Signals the shutdown and waits for the consumer's report.
+    async fn stop(self) -> Report {
+        self.stop.notify_one();
+        self.task.await.expect("the consumer ran")
+    }
 }
 
 /// Rules 1 and 2: in a batch, a unit that keeps failing and a unit refused for good each reach
@@ -147,22 +178,17 @@ pub async fn a_poison_unit_in_a_batch_isolates_itself<F: Fixture>(fixture: &F) {
             .await;
     }
     let store = Store::default();
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (16, Duration::from_millis(200), 1);
-    let (running, _) = batches(
-        fixture,
-        &name,
-        &store,
-        3,
-        sizing,
-        Duration::from_secs(5),
-        &stop,
-    )
+    let running = Batching {
+        max_deliveries: 3,
+        max_size: 16,
+        max_wait: Duration::from_millis(200),
+        ..Batching::default()
+    }
+    .start(fixture, &name, &store)
     .await;
     let dead = wait_dead_letters(fixture, &name, 2).await;
     until(CHECK, &store, |s| s.rows().len() == fine.len()).await;
-    stop.notify_one();
-    let report = running.await.expect("the consumer ran");
+    let report = running.stop().await;
     let mut dead_ids: Vec<&str> = dead.iter().map(|d| d.id.as_str()).collect();
     dead_ids.sort_unstable();
     assert_eq!(
@@ -217,34 +243,24 @@ pub async fn a_crash_mid_batch_loses_nothing<F: Fixture>(fixture: &F) {
             .await;
     }
     let store = Store::default();
-    let never = Arc::new(tokio::sync::Notify::new());
     // As many places as units: a batch that hangs holds no other back, however the units split.
-    let sizing = (keys.len(), Duration::from_secs(1), keys.len());
-    let (crashed, _) = batches(
-        fixture,
-        &name,
-        &store,
-        5,
-        sizing,
-        Duration::from_secs(5),
-        &never,
-    )
+    let crashed = Batching {
+        max_size: keys.len(),
+        max_wait: Duration::from_secs(1),
+        at_once: keys.len(),
+        ..Batching::default()
+    }
+    .start(fixture, &name, &store)
     .await;
     until(CHECK, &store, |s| s.rows().len() == keys.len()).await;
     // Killed: its task dropped with its source and every handle it held.
-    crashed.abort();
-    let _ = crashed.await;
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (keys.len(), Duration::from_millis(100), 1);
-    let (again, _) = batches(
-        fixture,
-        &name,
-        &store,
-        5,
-        sizing,
-        Duration::from_secs(5),
-        &stop,
-    )
+    crashed.task.abort();
+    let _ = crashed.task.await;
+    let again = Batching {
+        max_size: keys.len(),
+        ..Batching::default()
+    }
+    .start(fixture, &name, &store)
     .await;
     until(CHECK, &store, |s| {
         keys.iter().all(|key| s.runs_of(key).len() >= 2)
@@ -255,8 +271,7 @@ pub async fn a_crash_mid_batch_loses_nothing<F: Fixture>(fixture: &F) {
     let report = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if tokio::time::Instant::now() > deadline || store.runs().len() >= 2 * keys.len() {
-            stop.notify_one();
-            break again.await.expect("the consumer ran");
+            break again.stop().await;
         }
     };
     assert_eq!(
@@ -302,25 +317,13 @@ pub async fn a_partial_batch_at_shutdown_runs_or_is_released<F: Fixture>(fixture
         "conformance `{CHECK}`: the partial batch and the one running were released: {report:?}"
     );
     // The next consumer gets them again and applies them.
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let sizing = (100, Duration::from_millis(50), 1);
-    let (last, _) = batches(
-        fixture,
-        &name,
-        &store,
-        5,
-        sizing,
-        Duration::from_secs(5),
-        &stop,
-    )
-    .await;
+    let last = Batching::default().start(fixture, &name, &store).await;
     until(CHECK, &store, |s| {
         let rows = s.rows();
         rows.contains_key("stuck") && released.iter().all(|k| rows.contains_key(k))
     })
     .await;
-    stop.notify_one();
-    last.await.expect("the consumer ran");
+    last.stop().await;
     assert!(dead_letters(fixture, &name).await.is_empty());
 }
 
@@ -335,10 +338,13 @@ async fn stopped_behind<F: Fixture>(
     keys: &[String],
     drain_ms: u64,
 ) -> Report {
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let drain = Duration::from_millis(drain_ms);
-    let sizing = (100, Duration::from_secs(60), 1);
-    let (running, health) = batches(fixture, name, store, 5, sizing, drain, &stop).await;
+    let running = Batching {
+        max_wait: Duration::from_secs(60),
+        drain: Duration::from_millis(drain_ms),
+        ..Batching::default()
+    }
+    .start(fixture, name, store)
+    .await;
     let id = format!("batch-first-{}", keys[0]);
     fixture.publish(name, Unit::new(id, first.to_owned())).await;
     let first_key = serde_json::from_str::<Script>(first).expect("a script").key;
@@ -352,7 +358,7 @@ async fn stopped_behind<F: Fixture>(
             .await;
     }
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while health.snapshot().in_flight < keys.len() as u64 + 1 {
+    while running.health.snapshot().in_flight < keys.len() as u64 + 1 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "conformance: {} units never all received",
@@ -360,6 +366,5 @@ async fn stopped_behind<F: Fixture>(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    stop.notify_one();
-    running.await.expect("the consumer ran")
+    running.stop().await
 }
