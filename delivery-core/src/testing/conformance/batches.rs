@@ -5,8 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    Fixture, PATIENCE, Script, Store, dead_letters, queue, script, until, wait_dead_letters,
+use super::fixture::Fixture;
+use super::support::{
+    PATIENCE, Script, Store, dead_letters, queue, script, until, wait_dead_letters,
 };
 use crate::batch::{Batch, BatchHandler, BatchOutcome};
 use crate::consumer::{Consumer, Report};

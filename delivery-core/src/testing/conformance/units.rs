@@ -1,255 +1,20 @@
-//! The transport conformance suite: the behaviours every [`Source`] must show under the consumer
-//! runtime, run against a real mechanism through a small [`Fixture`]. The in-memory broker passes
-//! it; so must every transport (RabbitMQ, Redis Streams, NATS, Kafka), unchanged.
-//!
-//! Each check uses its own queue (a name derived from the check and the fixture's prefix), so
-//! checks can run against a shared server and a failed run leaves nothing that breaks the next.
-//!
-//! | check | rule |
-//! |---|---|
-//! | [`acks_after_the_effect`] | 1 |
-//! | [`returns_a_failed_unit`] | 1 |
-//! | [`bounds_redelivery_by_the_mechanisms_count`] | 2 |
-//! | [`dead_letters_poison_directly_and_intact`] | 2 |
-//! | [`operates_the_dead_letter`] | 2 |
-//! | [`redrives_an_edited_unit`] | 2, 3 |
-//! | `operates_the_dead_letter_in_the_console` (run on its own, with a [`WebConsole`]) | 2, 3 |
-//! | [`a_second_delivery_changes_nothing`] | 3 |
-//! | [`a_crash_between_effect_and_ack_loses_nothing`] | 1, 3 |
-//! | [`a_slow_handler_runs_once`] | 1, 3 |
-//! | [`a_crash_loop_reaches_the_dead_letter`] | 2 |
-//! | [`a_unit_cut_short_at_shutdown_on_its_last_delivery`] | 1, 2 |
-//! | [`an_older_unit_changes_nothing`] | 4 |
-//! | [`a_unit_waiting_in_its_lane_is_kept_alive`] | 1, 3 |
-//! | [`units_waiting_at_shutdown_are_released_after_the_stop`] | 1, 2 |
-//! | [`a_shutdown_with_lanes_loses_nothing`] | 1, 3 |
-//! | [`a_poison_unit_in_a_batch_isolates_itself`] (batch handlers, [`Consumer::batch`]) | 1, 2 |
-//! | [`a_crash_mid_batch_loses_nothing`] | 1, 3 |
-//! | [`a_partial_batch_at_shutdown_runs_or_is_released`] | 1 |
+//! The checks of a unit handler, each on a queue of its own.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use serde::Deserialize;
 
-mod batches;
-
-pub use batches::{
-    a_crash_mid_batch_loses_nothing, a_partial_batch_at_shutdown_runs_or_is_released,
-    a_poison_unit_in_a_batch_isolates_itself,
+use super::fixture::{Fixture, WebConsole};
+use super::support::{
+    PATIENCE, Script, Store, dead_letters, queue, script, until, wait_dead_letters,
 };
-
 use crate::consumer::Consumer;
 use crate::dead_letter::{AnyDeadLetters, DeadLetters, Selection};
 use crate::disposition::{Backoff, Outcome, ReasonKind};
 use crate::handler::Handler;
-use crate::source::Source;
 use crate::unit::{Headers, Stamp, Unit, UnitId};
-
-/// A dead-lettered unit, as the suite reads it back through the mechanism's [`DeadLetters`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct DeadLettered {
-    /// The unit's id.
-    pub id: String,
-    /// The payload as found in the dead letter (must equal the one published).
-    pub payload: Bytes,
-    /// The headers as found, including the reason the transport recorded.
-    pub headers: Headers,
-    /// The reason, as recorded.
-    pub reason: ReasonKind,
-    /// The delivery count recorded with it.
-    pub delivery_count: u32,
-}
-
-/// What the suite needs from a mechanism: declare a queue with a bound and a dead letter, publish,
-/// consume, read the dead letter.
-pub trait Fixture: Send + Sync + 'static {
-    /// The transport under test.
-    type Source: Source;
-
-    /// Declares an empty queue `name` whose units get at most `max_deliveries` deliveries, with its
-    /// dead letter; removes whatever a previous run left under that name.
-    fn declare(&self, name: &str, max_deliveries: u32) -> impl Future<Output = ()> + Send;
-
-    /// Publishes `unit` (id, payload, headers) to `name`, confirmed by the mechanism.
-    fn publish(&self, name: &str, unit: Unit) -> impl Future<Output = ()> + Send;
-
-    /// A consumer of `name`.
-    fn consume(&self, name: &str) -> impl Future<Output = Self::Source> + Send;
-
-    /// The transport's operator view of a dead letter.
-    type DeadLetters: DeadLetters + 'static;
-
-    /// The operator view of `name`'s dead letter: every check reads the dead letter through it,
-    /// and [`operates_the_dead_letter`] checks the whole API.
-    fn dead_letter(&self, name: &str) -> impl Future<Output = Self::DeadLetters> + Send;
-
-    /// The mechanism's redelivery timer, if it has one: how long a delivery may stay unsettled
-    /// before the mechanism hands the unit to another consumer (JetStream's `ack_wait`, a
-    /// stream's claim idle time). [`a_slow_handler_runs_once`] runs a handler three times as
-    /// long. `None` (the default): the mechanism waits for the settle, and the check does not
-    /// apply.
-    fn redelivery_timer(&self) -> Option<Duration> {
-        None
-    }
-
-    /// Whether a unit released at shutdown (its run cut short by the drain deadline) has that
-    /// delivery counted: `true` where the mechanism counts every return (a quorum queue, a
-    /// stream's pending entry, JetStream); `false` where the runtime can hand it back uncounted
-    /// ([`Settle::release`](crate::Settle::release): the in-memory queue, a classic queue, Kafka).
-    fn counts_released_deliveries(&self) -> bool {
-        true
-    }
-
-    /// Whether a unit released after the source stopped ([`Source::stop`]) may still be
-    /// delivered to the stopping consumer, and so counted once more before another consumer gets
-    /// it: `true` where the stop does not withdraw what was already asked for (a JetStream pull
-    /// request stays the server's until it expires); `false` (the default) where the stop ends
-    /// the subscription (RabbitMQ's `basic.cancel`) or nothing is delivered unasked (a stream or a
-    /// log read on demand). [`units_waiting_at_shutdown_are_released_after_the_stop`] and
-    /// [`a_shutdown_with_lanes_loses_nothing`] then check only that they are not lost and not
-    /// acknowledged unrun (they may run more than once, and on a later delivery).
-    fn may_deliver_released_units_to_a_stopped_source(&self) -> bool {
-        false
-    }
-
-    /// Whether a delivery cut short by a crash counts: `true` where the mechanism keeps the count
-    /// (a quorum queue, a stream's pending entry, a JetStream consumer, Kafka's attempts topic,
-    /// where a delivery not ended cleanly is recorded); `false` where the count travels with the
-    /// unit alone, because the count moves only when the unit is handed back (rule 2), and a
-    /// crashed consumer hands nothing back: the unit is read again with the count it had.
-    fn counts_crashed_deliveries(&self) -> bool {
-        true
-    }
-
-    /// Whether the mechanism stamps a unit its producer did not (rule 4): `true` where it keeps
-    /// an order of its own (a stream's sequence, a log's offset, an entry id, the in-memory
-    /// broker's publish sequence); `false` where it keeps none (RabbitMQ), and only the
-    /// producer's stamp ([`Unit::with_stamp`], published as [`crate::headers::STAMP`]) orders
-    /// units. [`Fixture::publish`] must carry a unit's stamp either way.
-    fn stamps_units(&self) -> bool {
-        true
-    }
-
-    /// Whether publishing a unit whose id the mechanism still holds changes nothing (a database
-    /// queue keyed by the unit's id): [`a_second_delivery_changes_nothing`] then expects one run
-    /// of a unit published twice. `false` (the default): the mechanism delivers each publish.
-    fn deduplicates_publishes(&self) -> bool {
-        false
-    }
-}
-
-/// Runs every check against `fixture`.
-pub async fn run_all<F: Fixture>(fixture: &F) {
-    acks_after_the_effect(fixture).await;
-    returns_a_failed_unit(fixture).await;
-    bounds_redelivery_by_the_mechanisms_count(fixture).await;
-    dead_letters_poison_directly_and_intact(fixture).await;
-    operates_the_dead_letter(fixture).await;
-    redrives_an_edited_unit(fixture).await;
-    a_second_delivery_changes_nothing(fixture).await;
-    a_crash_between_effect_and_ack_loses_nothing(fixture).await;
-    a_slow_handler_runs_once(fixture).await;
-    a_crash_loop_reaches_the_dead_letter(fixture).await;
-    a_unit_cut_short_at_shutdown_on_its_last_delivery(fixture).await;
-    an_older_unit_changes_nothing(fixture).await;
-    a_unit_waiting_in_its_lane_is_kept_alive(fixture).await;
-    units_waiting_at_shutdown_are_released_after_the_stop(fixture).await;
-    a_shutdown_with_lanes_loses_nothing(fixture).await;
-    a_poison_unit_in_a_batch_isolates_itself(fixture).await;
-    a_crash_mid_batch_loses_nothing(fixture).await;
-    a_partial_batch_at_shutdown_runs_or_is_released(fixture).await;
-}
-
-/// How long a check waits for its condition before failing.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// What a suite unit asks of the handler, in its JSON payload.
-#[derive(Deserialize)]
-struct Script {
-    key: String,
-    value: i64,
-    /// Fail (retry) on deliveries before this one.
-    #[serde(default)]
-    fail_until: u32,
-    /// Refuse the unit for good.
-    #[serde(default)]
-    reject: bool,
-    /// After applying the effect, hang on deliveries before this one (a consumer that dies
-    /// between the effect and the acknowledgement).
-    #[serde(default)]
-    hang_after_effect_until: u32,
-    /// Hang before the effect on this delivery, the first time it comes.
-    #[serde(default)]
-    hang_once_on: u32,
-    /// Hang before the effect on every delivery (a unit whose handling kills its consumer).
-    #[serde(default)]
-    hang: bool,
-    /// Take this long before applying the effect (a slow handler).
-    #[serde(default)]
-    sleep_ms: u64,
-    /// Write only if the unit's stamp is newer than the key's (rule 4's store guard); a unit
-    /// without a stamp is malformed.
-    #[serde(default)]
-    guarded: bool,
-}
-
-fn script(key: &str, value: i64) -> String {
-    format!(r#"{{"key":"{key}","value":{value}}}"#)
-}
-
-/// A key, and the stamp one of its units carried.
-type Seen = (String, Option<Stamp>);
-
-/// The suite's effect store and log.
-#[derive(Clone, Default)]
-struct Store {
-    rows: Arc<Mutex<HashMap<String, i64>>>,
-    /// Every handler run: key, delivery count.
-    runs: Arc<Mutex<Vec<(String, u32)>>>,
-    /// Every run that applied its effect, keyed writes that changed something.
-    writes: Arc<Mutex<Vec<String>>>,
-    /// Keys whose run hung once (`hang_once_on`).
-    hung: Arc<Mutex<Vec<String>>>,
-    /// Every guarded run: key, the stamp its unit carried.
-    stamps_seen: Arc<Mutex<Vec<Seen>>>,
-    /// The stamp of each guarded key's stored value.
-    stamps: Arc<Mutex<HashMap<String, Stamp>>>,
-    /// The last unit each key's run was handed.
-    units: Arc<Mutex<HashMap<String, Unit>>>,
-}
-
-impl Store {
-    fn rows(&self) -> HashMap<String, i64> {
-        self.rows.lock().unwrap().clone()
-    }
-    fn runs(&self) -> Vec<(String, u32)> {
-        self.runs.lock().unwrap().clone()
-    }
-    fn runs_of(&self, key: &str) -> Vec<u32> {
-        self.runs()
-            .into_iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, c)| c)
-            .collect()
-    }
-    fn writes(&self) -> Vec<String> {
-        self.writes.lock().unwrap().clone()
-    }
-    fn unit_of(&self, key: &str) -> Option<Unit> {
-        self.units.lock().unwrap().get(key).cloned()
-    }
-    fn stamps_seen_by(&self, key: &str) -> Vec<Option<Stamp>> {
-        let seen = self.stamps_seen.lock().unwrap();
-        seen.iter()
-            .filter(|(k, _)| k == key)
-            .map(|(_, s)| *s)
-            .collect()
-    }
-}
 
 /// The suite's handler: applies `key = value` idempotently, failing or hanging as scripted.
 #[derive(Clone, Copy)]
@@ -378,19 +143,6 @@ async fn consume_until<F: Fixture>(
     );
 }
 
-/// Waits until `holds`, failing `check` after [`PATIENCE`].
-async fn until(check: &str, store: &Store, holds: impl Fn(&Store) -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !holds(store) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conformance `{check}`: the condition never held within {PATIENCE:?}; runs: {:?}",
-            store.runs()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A consumer of `name`, one unit at a time, with no shutdown signal: the check crashes it by
 /// dropping its task (with its source and handles).
 async fn crashable<F: Fixture>(
@@ -444,10 +196,6 @@ fn in_lane(lane: &str, n: u32, key: &str, value: i64, sleep_ms: u64) -> Unit {
         format!("{lane}/{n}"),
         format!(r#"{{"key":"{key}","value":{value},"sleep_ms":{sleep_ms}}}"#),
     )
-}
-
-fn queue(check: &str) -> String {
-    format!("conformance-{check}")
 }
 
 /// Rule 1: a unit whose handler succeeds is acknowledged, once, after its effect; it is not
@@ -694,50 +442,6 @@ pub async fn a_crash_between_effect_and_ack_loses_nothing<F: Fixture>(fixture: &
     );
     assert_eq!(store.writes(), ["c"], "the redelivery changed nothing");
     assert!(dead_letters(fixture, &name).await.is_empty());
-}
-
-async fn wait_dead_letters<F: Fixture>(fixture: &F, name: &str, n: usize) -> Vec<DeadLettered> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let dead = dead_letters(fixture, name).await;
-        if dead.len() >= n {
-            return dead;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conformance: expected {n} dead letters in {name}, found {dead:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Every unit in `name`'s dead letter, read through [`DeadLetters::list`] two at a time (so the
-/// cursor is exercised by every check that reads the dead letter).
-async fn dead_letters<F: Fixture>(fixture: &F, name: &str) -> Vec<DeadLettered> {
-    let view = fixture.dead_letter(name).await;
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let page = view
-            .list(2, after.as_ref())
-            .await
-            .unwrap_or_else(|e| panic!("conformance: listing {}: {e}", view.name()));
-        assert!(page.records.len() <= 2, "a page holds at most its limit");
-        all.extend(page.records.into_iter().map(|d| DeadLettered {
-            id: d.unit.id().to_string(),
-            payload: Bytes::copy_from_slice(d.unit.payload()),
-            headers: d.unit.headers().clone(),
-            reason:
-                d.reason.unwrap_or_else(|| {
-                    panic!("conformance: no reason recorded for {}", d.unit.id())
-                }),
-            delivery_count: d.unit.delivery_count().get(),
-        }));
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return all,
-        }
-    }
 }
 
 /// Rule 2, the operator's side: the dead letter is read, peeked, purged and redriven through
@@ -1462,19 +1166,9 @@ async fn dead_source<F: Fixture>(fixture: &F, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A web console under test, answering one request at a time (the `admin` console of
-/// delivery-axum implements it under its `testing` feature).
-pub trait WebConsole: Clone {
-    /// The console's answer to `request`, its body read whole.
-    fn answer(
-        &self,
-        request: http::Request<Bytes>,
-    ) -> impl std::future::Future<Output = http::Response<Bytes>> + Send;
-}
-
 /// Rules 1 and 3, ordered by key: a unit waiting in its key's lane behind a slower one (three
 /// times the mechanism's redelivery timer) holds its delivery, and is kept alive as a running
-/// one is ([`Source::keep_alive`]): it is not delivered again meanwhile, to this consumer or
+/// one is ([`Source::keep_alive`](crate::Source::keep_alive)): it is not delivered again meanwhile, to this consumer or
 /// another, and runs once, on its first delivery, after the one before it; nothing is
 /// dead-lettered.
 pub async fn a_unit_waiting_in_its_lane_is_kept_alive<F: Fixture>(fixture: &F) {
@@ -1512,7 +1206,7 @@ pub async fn a_unit_waiting_in_its_lane_is_kept_alive<F: Fixture>(fixture: &F) {
 }
 
 /// Rules 1 and 2, ordered by key: units waiting in their key's lane at shutdown never ran. They
-/// are released once the source stopped ([`Source::stop`]), so they go to the next consumer and
+/// are released once the source stopped ([`Source::stop`](crate::Source::stop)), so they go to the next consumer and
 /// not back to the stopping one on its way out: their next delivery counts this one only where
 /// the mechanism counts a release ([`Fixture::counts_released_deliveries`]), once. They are never
 /// acknowledged, and the next consumer applies each once (at least once, where
