@@ -204,6 +204,7 @@ fn wrapper<K: Kind>(handler: &Handler<K::Own>, checked: &Checked, has_errors: bo
     let runtime_impl = if let Some((position, item)) = &checked.batch {
         BatchImpl {
             name,
+            krate: &krate,
             private: &private,
             impl_generics: &impl_generics,
             state_ty: &state_ty,
@@ -352,6 +353,7 @@ fn extracted(checked: &Checked, i: usize) -> &syn::Type {
 /// into a `BatchOutcome`.
 struct BatchImpl<'a> {
     name: &'a syn::Ident,
+    krate: &'a TokenStream,
     private: &'a TokenStream,
     impl_generics: &'a TokenStream,
     state_ty: &'a TokenStream,
@@ -364,6 +366,7 @@ impl BatchImpl<'_> {
     fn expand<K: Kind>(&self, checked: &Checked, has_errors: bool) -> TokenStream {
         let BatchImpl {
             name,
+            krate,
             private,
             impl_generics,
             state_ty,
@@ -392,11 +395,7 @@ impl BatchImpl<'_> {
                 if i == *position {
                     quote!(__delivery_batch)
                 } else {
-                    let ty = &p.ty;
-                    let (start, end) = span::range(ty);
-                    let path = quote!(#private::extract::<#ty, #state_ty>);
-                    let call =
-                        span::call(start, end, path, quote!(__delivery_unit, __delivery_state));
+                    let call = K::extract(krate, &p.ty, state_ty);
                     quote!(#call?)
                 }
             });

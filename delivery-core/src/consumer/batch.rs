@@ -78,18 +78,7 @@ impl<Src: Source, S: Send + Sync + 'static> Batches<Src, S> {
         // gathering into the next ones.
         let at_once = consumer.concurrency;
         let capacity = at_once.saturating_add(1).saturating_mul(max_size);
-        let state = Arc::new(consumer.state);
-        let consumer = Consumer {
-            state: state.clone(),
-            source: consumer.source,
-            concurrency: capacity,
-            max_deliveries: consumer.max_deliveries,
-            backoff: consumer.backoff,
-            stop: consumer.stop,
-            health: consumer.health,
-            order: consumer.order,
-            handler_timeout: consumer.handler_timeout,
-        };
+        let consumer = consumer.map_state(Arc::new).concurrency(capacity);
         let batched = Batched {
             handler: Arc::new(handler),
             gather: Arc::new(Gather {
@@ -199,16 +188,22 @@ struct Leading<'a, I> {
     forming: Arc<Forming<I>>,
 }
 
+impl<I> Leading<'_, I> {
+    /// Closes the batch to new units and takes its members.
+    fn take(&self) -> Vec<Member<I>> {
+        self.gather.close(&self.forming);
+        let mut members = self
+            .forming
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        mem::take(&mut *members)
+    }
+}
+
 impl<I> Drop for Leading<'_, I> {
     fn drop(&mut self) {
-        self.gather.close(&self.forming);
-        drop(mem::take(
-            &mut *self
-                .forming
-                .members
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        ));
+        drop(self.take());
     }
 }
 
@@ -276,14 +271,7 @@ async fn lead<S, H: BatchHandler<S>>(
         let closed = leading.forming.full.notified();
         let _ = tokio::time::timeout_at(until, closed).await;
     }
-    gather.close(&leading.forming);
-    let members = mem::take(
-        &mut *leading
-            .forming
-            .members
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()),
-    );
+    let members = leading.take();
     run_batch(&*handler, &state, members).await
 }
 

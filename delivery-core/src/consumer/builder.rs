@@ -48,9 +48,14 @@ impl<Src: Source> Consumer<Src, ()> {
 impl<Src: Source, S> Consumer<Src, S> {
     /// The shared application state handlers take as `State<S>`.
     pub fn state<S2>(self, state: S2) -> Consumer<Src, S2> {
+        self.map_state(|_| state)
+    }
+
+    /// The same consumer over the state `wrap` makes of this one's.
+    pub(super) fn map_state<S2>(self, wrap: impl FnOnce(S) -> S2) -> Consumer<Src, S2> {
         Consumer {
             source: self.source,
-            state,
+            state: wrap(self.state),
             concurrency: self.concurrency,
             max_deliveries: self.max_deliveries,
             backoff: self.backoff,
